@@ -1,0 +1,3 @@
+from k3diag.cli import main
+
+main()

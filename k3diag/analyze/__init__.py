@@ -1,0 +1,1 @@
+"""Analyzer: rules over the normalized model produce findings; the planner recommends TP groups."""

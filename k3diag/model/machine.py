@@ -1,0 +1,143 @@
+"""The normalized model of one host: everything every source said, joined by identity.
+
+Parsers produce typed records; `k3diag.model.build` merges them into one `Machine`, and the
+analyzer reads only this. Live collection and saved files end up here the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from k3diag.model.bench import Benchmark
+from k3diag.model.host import HostInfo
+from k3diag.model.nccl import NcclRun
+from k3diag.model.pci import PciDevice
+from k3diag.model.topology import Gpu, Link, Nic, P2PStatus, endpoint_sort_key, pair_key, path_rank
+
+
+@dataclass
+class InputRecord:
+    """One input as the user gave it (or one part of a file that held several outputs)."""
+
+    path: str
+    format: str  # a format name from the report contract, or "unknown"
+    warnings: list[str] = field(default_factory=list)
+    size_bytes: int | None = None
+    command: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "warnings": list(self.warnings),
+            "size_bytes": self.size_bytes,
+            "command": self.command,
+        }
+
+
+@dataclass
+class Note:
+    """Something that could not be read or known, in one sentence, with what to do about it."""
+
+    subject: str
+    message: str
+    level: str = "warn"  # warn | info
+
+    def to_json(self) -> dict:
+        return {"subject": self.subject, "message": self.message, "level": self.level}
+
+
+@dataclass
+class Machine:
+    host: HostInfo = field(default_factory=HostInfo)
+    gpus: dict[int, Gpu] = field(default_factory=dict)
+    nics: dict[str, Nic] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+    p2p: list[P2PStatus] = field(default_factory=list)
+    pci: list[PciDevice] = field(default_factory=list)
+    nccl: list[NcclRun] = field(default_factory=list)
+    benchmarks: list[Benchmark] = field(default_factory=list)
+    inputs: list[InputRecord] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    live: bool = False
+    # Facts a domain keeps that the core does not model (dmesg events, NUMA distances...).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    # -- GPUs -----------------------------------------------------------------
+    def gpu(self, index: int) -> Gpu:
+        """The GPU with this index, created on first mention."""
+        if index not in self.gpus:
+            self.gpus[index] = Gpu(index=index)
+        return self.gpus[index]
+
+    def sorted_gpus(self) -> list[Gpu]:
+        return [self.gpus[i] for i in sorted(self.gpus)]
+
+    def gpu_by_bus_id(self, bus_id: str | None) -> Gpu | None:
+        if not bus_id:
+            return None
+        from k3diag.parse.ids import normalize_bdf
+
+        wanted = normalize_bdf(bus_id)
+        for gpu in self.gpus.values():
+            if gpu.bus_id and normalize_bdf(gpu.bus_id) == wanted:
+                return gpu
+        return None
+
+    def nic(self, name: str) -> Nic:
+        if name not in self.nics:
+            self.nics[name] = Nic(name=name)
+        return self.nics[name]
+
+    # -- pairs ----------------------------------------------------------------
+    def links_between(self, a: str, b: str) -> list[Link]:
+        wanted = pair_key(a, b)
+        return [link for link in self.links if link.key() == wanted]
+
+    def link(self, a: str, b: str, origin: str | None = None) -> Link | None:
+        """The link a source reported for this pair; with no origin, the best-ranked one."""
+        candidates = [
+            link for link in self.links_between(a, b) if origin is None or link.origin == origin
+        ]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda link: path_rank(link.path))
+
+    def add_link(self, link: Link) -> None:
+        """Keep one link per pair and origin; a later reading of the same pair replaces nothing
+        silently: both stay, so a contradiction between two readings can be reported."""
+        self.links.append(link)
+
+    def p2p_status(self, src: str, dst: str, capability: str | None = None) -> list[P2PStatus]:
+        return [
+            p
+            for p in self.p2p
+            if p.src == src and p.dst == dst and (capability is None or p.capability == capability)
+        ]
+
+    def pci_device(self, bdf: str | None) -> PciDevice | None:
+        if not bdf:
+            return None
+        from k3diag.parse.ids import normalize_bdf
+
+        wanted = normalize_bdf(bdf)
+        for dev in self.pci:
+            if dev.bdf and dev.bdf == wanted:
+                return dev
+        return None
+
+    def endpoint_names(self) -> list[str]:
+        names = {link.a for link in self.links} | {link.b for link in self.links}
+        return sorted(names, key=endpoint_sort_key)
+
+    def note(self, subject: str, message: str, level: str = "warn") -> None:
+        self.notes.append(Note(subject=subject, message=message, level=level))
+
+    @property
+    def analyzable(self) -> bool:
+        """Whether any input yielded facts; exit code 3 when not."""
+        return bool(
+            self.gpus or self.links or self.p2p or self.pci or self.nccl or self.benchmarks
+            or any(inp.format != "unknown" for inp in self.inputs)
+        )

@@ -1,0 +1,26 @@
+"""Where a fact came from: every record carries one so findings can quote their evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """One line of one input.
+
+    `input` is the name the user knows the input by (a path, or a bundle member such as
+    `node.tar.gz:nvidia-smi-topo-m.txt`). `line` is 1-based, None for a library reading.
+    `text` is the line as it was read, trimmed of ANSI codes and line endings.
+    """
+
+    input: str
+    line: int | None
+    text: str
+
+    def to_json(self) -> dict:
+        return {"input": self.input, "line": self.line, "text": self.text}
+
+    def cite(self) -> str:
+        where = f"{self.input}:{self.line}" if self.line is not None else self.input
+        return f"{where}: {self.text.strip()}"

@@ -1,0 +1,193 @@
+"""The GPU-level topology model: GPUs, NICs, links between endpoints, P2P status per pair.
+
+Modelled after hwloc: endpoints are objects with attributes, pairwise facts are kept
+as records keyed by endpoint names ("GPU0", "NIC1", "mlx5_0"), and each record says
+where it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from k3diag.model.source import SourceRef
+
+# Quality order of `nvidia-smi topo -m` path codes, best first. NV# is handled by
+# nvlink count (more links is better) and always ranks above every PCIe path.
+# PSB (old drivers: single on-board switch) behaves like PIX.
+PCIE_PATH_ORDER: tuple[str, ...] = ("PIX", "PSB", "PXB", "PHB", "NODE", "SYS")
+AMD_PATH_ORDER: tuple[str, ...] = ("XGMI", "PCIE")
+_NV_RE = re.compile(r"^NV(\d+)$")
+
+
+def nvlink_count(path: str | None) -> int | None:
+    if path is None:
+        return None
+    match = _NV_RE.match(path)
+    return int(match.group(1)) if match else None
+
+
+def path_rank(path: str | None) -> int:
+    """Smaller is better. Unknown paths sort last so they never look attractive."""
+    if path is None:
+        return 100
+    links = nvlink_count(path)
+    if links is not None:
+        # NV18 beats NV1; every NVLink beats PCIe.
+        return -links
+    if path == "XGMI":
+        return -1
+    if path in PCIE_PATH_ORDER:
+        return PCIE_PATH_ORDER.index(path)
+    if path == "PCIE":
+        return PCIE_PATH_ORDER.index("PHB")
+    return 50
+
+
+@dataclass
+class PcieLinkState:
+    gen_current: int | None = None
+    gen_max: int | None = None
+    width_current: int | None = None
+    width_max: int | None = None
+    # `nvidia-smi -q` splits max into what the device and what the host (slot) can do.
+    gen_device_max: int | None = None
+    gen_host_max: int | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "gen_current": self.gen_current,
+            "gen_max": self.gen_max,
+            "width_current": self.width_current,
+            "width_max": self.width_max,
+            "gen_device_max": self.gen_device_max,
+            "gen_host_max": self.gen_host_max,
+        }
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str | None = None
+    vendor: str | None = None  # "NVIDIA" | "AMD"
+    bus_id: str | None = None  # normalized: 0000:1b:00.0, lower case
+    uuid: str | None = None
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    performance_state: str | None = None
+    pcie: PcieLinkState = field(default_factory=PcieLinkState)
+    memory_total_mib: int | None = None
+    sources: list[SourceRef] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"GPU{self.index}"
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "vendor": self.vendor,
+            "bus_id": self.bus_id,
+            "uuid": self.uuid,
+            "numa_node": self.numa_node,
+            "cpu_affinity": self.cpu_affinity,
+            "performance_state": self.performance_state,
+            "memory_total_mib": self.memory_total_mib,
+            "pcie": self.pcie.to_json(),
+        }
+
+
+@dataclass
+class Nic:
+    name: str  # as the source names it: "mlx5_0" or "NIC0"
+    device: str | None = None  # NIC legend: NIC0 -> mlx5_0
+    numa_node: int | None = None
+    bus_id: str | None = None
+    sources: list[SourceRef] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "device": self.device, "numa_node": self.numa_node, "bus_id": self.bus_id}
+
+
+@dataclass
+class Link:
+    """One unordered pair of endpoints as a source shows it."""
+
+    a: str
+    b: str
+    path: str | None  # NV#, PIX, PXB, PHB, NODE, SYS, PSB, XGMI, PCIE; None when unknown
+    hops: int | None = None
+    weight: int | None = None
+    origin: str = "nvidia-smi-topo-matrix"  # which kind of evidence said so
+    source: SourceRef | None = None
+
+    @property
+    def nvlinks(self) -> int | None:
+        return nvlink_count(self.path)
+
+    def key(self) -> tuple[str, str]:
+        return pair_key(self.a, self.b)
+
+    def to_json(self) -> dict:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "path": self.path,
+            "nvlinks": self.nvlinks,
+            "hops": self.hops,
+            "weight": self.weight,
+            "origin": self.origin,
+        }
+
+
+P2P_CAPABILITIES = ("read", "write", "nvlink", "atomics", "pcie", "unknown")
+
+# What each `nvidia-smi topo -p2p` code means, in words a user can act on.
+P2P_STATUS_MEANING: dict[str, str] = {
+    "OK": "supported",
+    "X": "self",
+    "NS": "not supported",
+    "CNS": "chipset not supported: the PCIe root complex or chipset does not allow peer-to-peer between these GPUs",
+    "GNS": "GPU not supported: the driver disables P2P on this GPU (GeForce/consumer cards on stock drivers)",
+    "TNS": "topology not supported: the path between the GPUs does not allow P2P (often a cross-socket SYS path)",
+    "DR": "disabled by regkey: P2P was turned off in the driver's registry settings",
+    "U": "unknown",
+}
+
+
+@dataclass
+class P2PStatus:
+    src: str
+    dst: str
+    capability: str  # one of P2P_CAPABILITIES
+    status: str | None  # as printed; None when the cell was missing
+    origin: str = "nvidia-smi-topo-p2p"
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "capability": self.capability,
+            "status": self.status,
+            "origin": self.origin,
+        }
+
+
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """Order endpoint names so GPU2/GPU10 sort numerically and NICs after GPUs."""
+    return tuple(sorted((a, b), key=endpoint_sort_key))  # type: ignore[return-value]
+
+
+def endpoint_sort_key(name: str) -> tuple[int, str, int]:
+    match = re.match(r"^(GPU|NIC)(\d+)$", name)
+    if match:
+        return (0 if match.group(1) == "GPU" else 1, match.group(1), int(match.group(2)))
+    return (2, name, 0)
+
+
+def gpu_index(name: str) -> int | None:
+    match = re.match(r"^GPU(\d+)$", name)
+    return int(match.group(1)) if match else None

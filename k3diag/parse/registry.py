@@ -1,0 +1,88 @@
+"""Which formats k3diag reads, which module parses each, and where its records go in the model.
+
+Modules are named, not imported, so `k3diag --help` stays fast: a parser is imported the
+first time content has to be sniffed. Each parser module provides:
+
+    sniff(text: str) -> float          confidence 0..1 that `text` (a section, or a file's head) is this format
+    parse(section: Section, input_name: str) -> result   pure; result has `.warnings: list[str]`
+    START_RE (optional)                 compiled regex: a line that begins a new output of this format
+    parse_stream(lines, input_name) -> result   (streaming formats only: NCCL logs can be gigabytes)
+
+and the merger `module:function` has the signature merge(result, machine, input_record) -> None.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    name: str
+    parser: str
+    merger: str
+    streaming: bool = False
+
+
+FORMATS: tuple[FormatSpec, ...] = (
+    FormatSpec("nvidia-smi-topo-matrix", "k3diag.parse.nvidia_topo_matrix", "k3diag.model.merge_nvidia:merge_topo_matrix"),
+    FormatSpec("nvidia-smi-topo-p2p", "k3diag.parse.nvidia_topo_p2p", "k3diag.model.merge_nvidia:merge_topo_p2p"),
+    FormatSpec("nvidia-smi-query", "k3diag.parse.nvidia_query", "k3diag.model.merge_nvidia:merge_query"),
+    FormatSpec("nvidia-smi-query-gpu-csv", "k3diag.parse.nvidia_query_csv", "k3diag.model.merge_nvidia:merge_query_csv"),
+    FormatSpec("nvml-readings", "k3diag.parse.nvml_readings", "k3diag.model.merge_nvidia:merge_nvml"),
+    FormatSpec("host-readings", "k3diag.parse.host_readings", "k3diag.model.merge_host:merge_host"),
+    FormatSpec("lspci-vv", "k3diag.parse.lspci", "k3diag.model.merge_pci:merge_lspci"),
+    FormatSpec("lspci-tv", "k3diag.parse.lspci_tree", "k3diag.model.merge_pci:merge_lspci_tree"),
+    FormatSpec("sysfs-snapshot", "k3diag.parse.sysfs_snapshot", "k3diag.model.merge_pci:merge_sysfs"),
+    FormatSpec("kernel-cmdline", "k3diag.parse.kernel_cmdline", "k3diag.model.merge_pci:merge_cmdline"),
+    FormatSpec("dmesg", "k3diag.parse.dmesg", "k3diag.model.merge_pci:merge_dmesg"),
+    FormatSpec("nccl-log", "k3diag.parse.nccl_log", "k3diag.model.merge_nccl:merge_nccl_log", streaming=True),
+    FormatSpec("nccl-tests", "k3diag.parse.nccl_tests", "k3diag.model.merge_bench:merge_benchmark"),
+    FormatSpec("p2p-bandwidth-latency-test", "k3diag.parse.p2p_bandwidth", "k3diag.model.merge_bench:merge_benchmark"),
+    FormatSpec("nvbandwidth", "k3diag.parse.nvbandwidth", "k3diag.model.merge_bench:merge_benchmark"),
+    FormatSpec("rocm-smi-showtopo", "k3diag.parse.rocm_smi", "k3diag.model.merge_amd:merge_rocm_smi"),
+    FormatSpec("amd-smi-topology", "k3diag.parse.amd_smi", "k3diag.model.merge_amd:merge_amd_smi"),
+    FormatSpec("rocm-bandwidth-test", "k3diag.parse.rocm_bandwidth", "k3diag.model.merge_bench:merge_benchmark"),
+    FormatSpec("amdsmi-readings", "k3diag.parse.amdsmi_readings", "k3diag.model.merge_amd:merge_amdsmi"),
+    FormatSpec("nccl-topo-xml", "k3diag.parse.nccl_topo_xml", "k3diag.model.merge_nccl:merge_topo_xml"),
+)
+
+FORMAT_NAMES: tuple[str, ...] = tuple(spec.name for spec in FORMATS)
+
+
+@cache
+def parser_module(spec: FormatSpec) -> ModuleType | None:
+    """The parser module, or None while a format's module is not written yet."""
+    try:
+        return importlib.import_module(spec.parser)
+    except ModuleNotFoundError as exc:
+        if exc.name == spec.parser:
+            return None
+        raise
+
+
+@cache
+def merger(spec: FormatSpec) -> Callable[..., Any] | None:
+    module_name, _, func_name = spec.merger.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+    return getattr(module, func_name, None)
+
+
+def available_formats() -> list[FormatSpec]:
+    return [spec for spec in FORMATS if parser_module(spec) is not None]
+
+
+def spec_named(name: str) -> FormatSpec | None:
+    for spec in FORMATS:
+        if spec.name == name:
+            return spec
+    return None
