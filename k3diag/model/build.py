@@ -29,7 +29,9 @@ def build_machine(evidence: Iterable[Evidence], machine: Machine | None = None) 
 
 def ingest(item: Evidence, machine: Machine) -> None:
     """Read one piece of evidence into the machine; every problem becomes a warning, never an exception."""
-    if item.error and item.data is None and item.path is None:
+    if item.error:
+        machine.note(item.name, item.error)
+    if item.error and not item.data and item.path is None:
         record = InputRecord(path=item.name, format="unknown", command=item.command)
         record.warnings.append(item.error)
         machine.inputs.append(record)
@@ -87,7 +89,7 @@ def ingest(item: Evidence, machine: Machine) -> None:
         _parse_section(spec, section, item, machine, size, truncated=truncated)
     if not parsed_any:
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
-        record.warnings.append(_describe_unknown(text, item.name))
+        record.warnings.append(item.error or _describe_unknown(text, item.name))
         machine.inputs.append(record)
 
 

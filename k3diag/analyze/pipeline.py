@@ -1,0 +1,35 @@
+"""Model in, everything the renderers need out: findings, TP recommendation, verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from k3diag.analyze.engine import run_rules
+from k3diag.analyze.finding import Finding
+from k3diag.analyze.verdict import Verdict, decide_verdict
+from k3diag.model.machine import Machine
+
+
+@dataclass
+class Analysis:
+    machine: Machine
+    findings: list[Finding]
+    recommendation: Any | None
+    verdict: Verdict
+
+
+def analyze_machine(machine: Machine, tp_sizes: list[int] | None = None) -> Analysis:
+    findings = run_rules(machine)
+    recommendation = None
+    try:
+        from k3diag.analyze.planner import recommend_tp_groups
+    except ModuleNotFoundError:
+        recommend_tp_groups = None
+    if recommend_tp_groups is not None:
+        try:
+            recommendation = recommend_tp_groups(machine, tp_sizes)
+        except Exception as exc:  # the planner failing must not hide the findings
+            machine.note("planner", f"TP grouping could not be computed ({type(exc).__name__}: {exc})")
+    verdict = decide_verdict(machine, findings, recommendation)
+    return Analysis(machine=machine, findings=findings, recommendation=recommendation, verdict=verdict)

@@ -1,0 +1,80 @@
+"""Findings about the evidence itself: no GPU found, and why; commands that timed out."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from k3diag.analyze.finding import Finding, Rule
+from k3diag.model.machine import Machine
+
+_GPU_VENDORS = {"10de": "NVIDIA", "1002": "AMD"}
+_GPU_CLASS_WORDS = ("vga", "3d", "display", "processing accelerator")
+
+
+def _gpu_like_pci_devices(machine: Machine) -> list:
+    found = []
+    for device in machine.pci:
+        vendor = (device.vendor_id or "").lower().removeprefix("0x")
+        text = f"{device.class_name or ''} {device.description or ''}".lower()
+        is_gpu_class = any(word in text for word in _GPU_CLASS_WORDS) or (device.class_name or "").startswith(("0x03", "03", "0x12", "12"))
+        named_vendor = "nvidia" in text or "advanced micro devices" in text or "amd/ati" in text
+        if is_gpu_class and (vendor in _GPU_VENDORS or named_vendor):
+            found.append(device)
+    return found
+
+
+def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    if machine.gpus:
+        return
+    # Only meaningful when something tried to find GPUs: a live run, or GPU-bearing inputs.
+    gpu_sources = [n for n in machine.notes if n.subject.startswith(("nvml", "amdsmi", "nvidia-smi", "amd-smi", "rocm-smi"))]
+    if not machine.live and not gpu_sources:
+        return
+    reasons = [f"{note.subject}: {note.message}" for note in gpu_sources]
+    on_bus = _gpu_like_pci_devices(machine)
+    if on_bus:
+        names = ", ".join(f"{d.bdf} ({d.description or d.class_name})" for d in on_bus[:4])
+        explanation = (
+            f"No NVIDIA or AMD GPU could be queried, yet the PCI bus shows GPU-like devices: {names}. "
+            "The driver or its management library is missing or not loaded."
+        )
+        remedy = ("Install and load the GPU driver (NVIDIA: `nvidia-smi` should list the GPUs; AMD: ROCm and "
+                  "`amd-smi list`), then run `k3diag topo` again.")
+    else:
+        explanation = "No NVIDIA or AMD GPU was found on this host."
+        if reasons:
+            explanation += " " + " ".join(reasons)
+        else:
+            explanation += " No GPU management library answered and no GPU appears on the PCI bus."
+        remedy = ("If this host should have GPUs: check `lspci | grep -iE 'nvidia|amd'` for the devices and that the "
+                  "driver is installed (NVIDIA: libnvidia-ml.so and `nvidia-smi`; AMD: ROCm's libamd_smi.so and `amd-smi`). "
+                  "On a laptop, analyze saved outputs instead: `k3diag analyze FILE...`.")
+    yield Finding(
+        id="no-gpu-found",
+        severity="warn",
+        subjects=["host"],
+        title="No GPU found",
+        explanation=explanation,
+        remedy=remedy,
+        data={"reasons": reasons, "pci_gpu_like": [d.bdf for d in on_bus]},
+    )
+
+
+def check_timeouts(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    for note in machine.notes:
+        if "did not finish within" in note.message:
+            yield Finding(
+                id="command-timed-out",
+                severity="fail",
+                subjects=[note.subject],
+                title="A collection command hung and was stopped",
+                explanation=note.message,
+                remedy="Look for a GPU that fell off the bus (`dmesg | grep -i xid`, Xid 79) or a hung driver; "
+                       "a reboot or a reseat of the GPU is often needed.",
+            )
+
+
+RULES = (
+    Rule("no-gpu-found", "warn", "No GPU found", check_no_gpu),
+    Rule("command-timed-out", "fail", "A collection command hung and was stopped", check_timeouts),
+)

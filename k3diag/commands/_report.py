@@ -1,0 +1,44 @@
+"""What `topo` and `analyze` share: analyze the model, print it, choose the exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from k3diag.analyze.verdict import FAIL_ON_CHOICES
+
+
+def check_fail_on(value: str) -> str:
+    if value not in FAIL_ON_CHOICES:
+        raise typer.BadParameter(f"must be one of {', '.join(FAIL_ON_CHOICES)}")
+    return value
+
+
+def parse_tp_sizes(values: list[int] | None) -> list[int] | None:
+    if not values:
+        return None
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise typer.BadParameter(f"TP sizes must be positive, got {bad}")
+    return sorted(set(values))
+
+
+def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None) -> int:
+    from k3diag.analyze.pipeline import analyze_machine
+    from k3diag.analyze.verdict import exit_code_for
+
+    analysis = analyze_machine(machine, tp_sizes)
+    code = exit_code_for(machine, analysis.findings, fail_on)
+    if as_json:
+        from k3diag.render.json_report import build_report, dumps
+
+        report = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
+        sys.stdout.write(dumps(report) + "\n")
+    else:
+        from k3diag.render.terminal import make_console, render
+
+        render(analysis, make_console(), title)
+        if code == 3:
+            typer.echo("Nothing could be analyzed: no input held a format k3diag reads (see Inputs above).", err=True)
+    return code

@@ -1,0 +1,27 @@
+"""`k3diag analyze PATH...`: saved outputs, folders and bundles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from k3diag.commands._report import check_fail_on, emit_report, parse_tp_sizes
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("analyze")
+    def analyze(
+        paths: List[Path] = typer.Argument(..., help="Saved tool outputs, folders of them, or k3diag bundles (.tar.gz or folder)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON report (schema k3diag.report/1) instead of tables."),
+        fail_on: str = typer.Option("warn", "--fail-on", callback=check_fail_on,
+                                     help="Exit non-zero on: fail (failures only), warn (warnings too), never."),
+        tp: Optional[List[int]] = typer.Option(None, "--tp", help="Also plan TP groups of this size (repeatable)."),
+    ) -> None:
+        """Analyze saved outputs (nvidia-smi, lspci, NCCL logs, nccl-tests, rocm-smi...) and explain them."""
+        from k3diag.inputs import load_machine
+
+        machine, _ = load_machine(list(paths))
+        title = f"k3diag analyze: {len(paths)} input path(s)"
+        raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp)))

@@ -1,0 +1,35 @@
+"""`k3diag topo`: this host, live (or saved evidence with --from)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from k3diag.commands._report import check_fail_on, emit_report, parse_tp_sizes
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("topo")
+    def topo(
+        from_paths: Optional[List[Path]] = typer.Option(None, "--from", help="Read saved evidence instead of this host (repeatable)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON report (schema k3diag.report/1) instead of tables."),
+        fail_on: str = typer.Option("warn", "--fail-on", callback=check_fail_on,
+                                    help="Exit non-zero on: fail (failures only), warn (warnings too), never."),
+        tp: Optional[List[int]] = typer.Option(None, "--tp", help="Also plan TP groups of this size (repeatable)."),
+        timeout: float = typer.Option(20.0, "--timeout", min=1.0, help="Seconds each command may take before it is stopped."),
+        root: Path = typer.Option(Path("/"), "--root", hidden=True, help="Read sysfs/proc under this root (testing)."),
+    ) -> None:
+        """Show this host's GPUs, the paths between them, P2P status, and what is wrong."""
+        if from_paths:
+            from k3diag.inputs import load_machine
+
+            machine, _ = load_machine(list(from_paths))
+            title = f"k3diag topo: saved evidence ({len(from_paths)} path(s))"
+        else:
+            from k3diag.inputs import load_live_machine
+
+            machine, _ = load_live_machine(root=root, timeout_s=timeout)
+            title = f"k3diag topo: live host {machine.host.hostname or ''}".rstrip()
+        raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp)))

@@ -1,0 +1,64 @@
+"""The JSON report (schema `k3diag.report/1`): the contract users script against.
+
+Field names in `docs/report-contract.md` are fixed; everything else is additive.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any
+
+from k3diag import __version__
+from k3diag.analyze.finding import Finding
+from k3diag.model.machine import Machine
+
+SCHEMA_ID = "k3diag.report/1"
+
+
+def build_report(
+    machine: Machine,
+    findings: list[Finding],
+    recommendation: Any | None = None,
+    verdict: dict | None = None,
+    exit_code: int | None = None,
+) -> dict:
+    runs = sorted(machine.nccl, key=lambda run: -(run.nranks or 0))
+    recommendations: dict[str, Any] = {"tp_groups": {}, "rationale": None}
+    if recommendation is not None:
+        recommendations.update(recommendation.to_json())
+    return {
+        "schema": SCHEMA_ID,
+        "tool": {"name": "k3diag", "version": __version__},
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "live": machine.live,
+        "verdict": verdict,
+        "exit_code": exit_code,
+        "host": machine.host.to_json(),
+        "inputs": [record.to_json() for record in machine.inputs],
+        "notes": [note.to_json() for note in machine.notes],
+        "topology": {
+            "gpus": [gpu.to_json() for gpu in machine.sorted_gpus()],
+            "nics": [nic.to_json() for nic in sorted(machine.nics.values(), key=lambda n: n.name)],
+            "links": [link.to_json() for link in machine.links],
+            "p2p": [status.to_json() for status in machine.p2p],
+        },
+        "pci": [device.to_json() for device in machine.pci],
+        "nccl": runs[0].to_json() if runs else None,
+        "nccl_runs": [run.to_json() for run in runs],
+        "benchmarks": [bench.to_json() for bench in machine.benchmarks],
+        "findings": [finding.to_json() for finding in findings],
+        "recommendations": recommendations,
+    }
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)

@@ -1,0 +1,380 @@
+"""The terminal report: verdict first, then the machine, then findings with their causes beneath.
+
+Colour only on a terminal (rich decides from the stream) and never when NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from k3diag.model.topology import endpoint_sort_key, gpu_index, nvlink_count
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from k3diag.analyze.finding import Finding
+    from k3diag.analyze.pipeline import Analysis
+    from k3diag.model.machine import Machine
+
+SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan"}
+SEVERITY_LABEL = {"fail": "FAIL", "warn": "WARN", "info": "INFO"}
+VERDICT_STYLE = {"good": "bold green", "usable": "bold yellow", "poor": "bold red", "none": "bold red"}
+MAX_EVIDENCE_LINES = 4
+
+
+def make_console(file=None) -> "Console":
+    from rich.console import Console
+
+    stream = file or sys.stdout
+    is_terminal = hasattr(stream, "isatty") and stream.isatty()
+    return Console(
+        file=stream,
+        no_color=bool(os.environ.get("NO_COLOR")) or not is_terminal,
+        highlight=False,
+        soft_wrap=not is_terminal,
+        width=None if is_terminal else 160,
+    )
+
+
+def path_style(path: str | None) -> str:
+    if path is None:
+        return "dim"
+    if nvlink_count(path) is not None or path in ("XGMI", "X"):
+        return "green"
+    if path in ("PIX", "PSB", "PXB"):
+        return "green"
+    if path in ("PHB", "NODE", "PCIE"):
+        return "yellow"
+    if path == "SYS":
+        return "red"
+    return "white"
+
+
+def render(analysis: "Analysis", console: "Console", title: str) -> None:
+    machine = analysis.machine
+    from rich.text import Text
+
+    console.print(Text(title, style="bold"))
+    verdict = analysis.verdict
+    console.print(Text(f"Verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.level, "bold")))
+    console.print()
+    _render_host(machine, console)
+    _render_gpus(machine, console)
+    _render_matrix(machine, console)
+    _render_p2p(machine, console)
+    _render_pcie_paths(machine, console)
+    _render_nccl(machine, console)
+    _render_benchmarks(machine, console)
+    _render_findings(analysis.findings, console)
+    _render_recommendation(analysis.recommendation, console)
+    _render_inputs(machine, console)
+
+
+def _render_host(machine: "Machine", console: "Console") -> None:
+    host = machine.host
+    parts = []
+    if host.hostname:
+        parts.append(f"host {host.hostname}")
+    if host.cpu_model:
+        parts.append(host.cpu_model)
+    if host.packages:
+        parts.append(f"{len(host.packages)} CPU package(s)")
+    if host.numa_nodes:
+        nodes = ", ".join(f"node{n.id}: cpus {n.cpus}" for n in host.numa_nodes)
+        parts.append(f"{len(host.numa_nodes)} NUMA node(s) ({nodes})")
+    if host.logical_cpus:
+        parts.append(f"{host.logical_cpus} logical CPUs")
+    if host.memory_total_bytes:
+        parts.append(f"{host.memory_total_bytes / 2**30:.0f} GiB RAM")
+    if host.driver_version:
+        parts.append(f"driver {host.driver_version}")
+    if host.iommu_mode:
+        parts.append(f"IOMMU {host.iommu_mode}")
+    if parts:
+        console.print("Host: " + "; ".join(parts))
+    pci_count = len([d for d in machine.pci if d.bdf])
+    if pci_count:
+        console.print(f"PCI devices seen: {pci_count}")
+    console.print()
+
+
+def _render_gpus(machine: "Machine", console: "Console") -> None:
+    if not machine.gpus:
+        return
+    from rich.table import Table
+
+    table = Table(title="GPUs", title_justify="left", show_lines=False)
+    for column in ("GPU", "name", "bus id", "NUMA", "CPU affinity", "PCIe gen (cur/max)", "width (cur/max)", "pstate"):
+        table.add_column(column)
+    for gpu in machine.sorted_gpus():
+        pcie = gpu.pcie
+        width_style = ""
+        if pcie.width_current is not None and pcie.width_max is not None and pcie.width_current < pcie.width_max:
+            width_style = "bold red"
+        table.add_row(
+            str(gpu.index),
+            gpu.name or "?",
+            gpu.bus_id or "?",
+            _fmt(gpu.numa_node),
+            gpu.cpu_affinity or "?",
+            f"{_fmt(pcie.gen_current)}/{_fmt(pcie.gen_max)}",
+            f"[{width_style}]x{_fmt(pcie.width_current)}/x{_fmt(pcie.width_max)}[/]" if width_style
+            else f"x{_fmt(pcie.width_current)}/x{_fmt(pcie.width_max)}",
+            gpu.performance_state or "?",
+        )
+    console.print(table)
+
+
+def _render_matrix(machine: "Machine", console: "Console") -> None:
+    names = machine.endpoint_names()
+    if len(names) < 2:
+        return
+    from rich.table import Table
+
+    table = Table(title="Paths between GPUs and NICs (best first: NV# > PIX > PXB > PHB > NODE > SYS)",
+                  title_justify="left")
+    table.add_column("")
+    for name in names:
+        table.add_column(name, justify="center")
+    for row in names:
+        cells = []
+        for col in names:
+            if row == col:
+                cells.append("X")
+                continue
+            link = machine.link(row, col)
+            path = link.path if link else None
+            cells.append(f"[{path_style(path)}]{path or '?'}[/]")
+        table.add_row(row, *cells)
+    console.print(table)
+
+
+def _render_p2p(machine: "Machine", console: "Console") -> None:
+    if not machine.p2p:
+        return
+    from rich.table import Table
+
+    capabilities = sorted({status.capability for status in machine.p2p})
+    for capability in capabilities:
+        statuses = [s for s in machine.p2p if s.capability == capability and s.src != s.dst]
+        if not statuses:
+            continue
+        if all(s.status == "OK" for s in statuses):
+            console.print(f"P2P {capability}: OK for all {len(statuses)} ordered pairs")
+            continue
+        names = sorted({s.src for s in statuses} | {s.dst for s in statuses}, key=endpoint_sort_key)
+        table = Table(title=f"P2P {capability} (OK, NS, GNS, CNS, TNS, DR, U)", title_justify="left")
+        table.add_column("")
+        for name in names:
+            table.add_column(name, justify="center")
+        lookup = {(s.src, s.dst): s.status for s in statuses}
+        for row in names:
+            cells = []
+            for col in names:
+                if row == col:
+                    cells.append("X")
+                    continue
+                status = lookup.get((row, col))
+                style = "green" if status == "OK" else ("dim" if status is None else "red")
+                cells.append(f"[{style}]{status or '?'}[/]")
+            table.add_row(row, *cells)
+        console.print(table)
+    console.print()
+
+
+def _render_pcie_paths(machine: "Machine", console: "Console") -> None:
+    """Each GPU's path from the root port down, when the PCIe layer could build the tree."""
+    try:
+        from k3diag.render.pcie import render_pcie_paths
+    except ModuleNotFoundError:
+        return
+    render_pcie_paths(machine, console)
+
+
+def _render_nccl(machine: "Machine", console: "Console") -> None:
+    for run in machine.nccl:
+        counts = run.transport_counts()
+        head = (
+            f"{run.library or 'NCCL'} {run.version or '?'}: {run.nranks or '?'} ranks on "
+            f"{run.nodes or '?'} node(s) ({', '.join(run.hosts) or 'hosts unknown'}); "
+            f"connections P2P {counts.get('P2P', 0)}, SHM {counts.get('SHM', 0)}, NET {counts.get('NET', 0)}"
+        )
+        if run.input:
+            head += f"  [{run.input}]"
+        console.print(head)
+        if run.env:
+            console.print("  settings: " + ", ".join(f"{key}={value}" for key, value in sorted(run.env.items())))
+        _render_transport_matrix(run, console)
+    if machine.nccl:
+        console.print()
+
+
+def _render_transport_matrix(run: Any, console: "Console") -> None:
+    ranks = sorted({c.src_rank for c in run.connections} | {c.dst_rank for c in run.connections})
+    if not ranks or len(ranks) > 16:
+        return
+    from rich.table import Table
+
+    families: dict[tuple[int, int], set[str]] = {}
+    for conn in run.connections:
+        families.setdefault((conn.src_rank, conn.dst_rank), set()).add(conn.via.split("/")[0] if conn.via else conn.transport)
+    table = Table(title="Transport by rank pair (sender row, receiver column)", title_justify="left")
+    table.add_column("")
+    for rank in ranks:
+        table.add_column(str(rank), justify="center")
+    for src in ranks:
+        cells = []
+        for dst in ranks:
+            kinds = families.get((src, dst))
+            if not kinds:
+                cells.append("" if src != dst else "X")
+                continue
+            label = "+".join(sorted(kinds))
+            style = "green" if kinds == {"P2P"} else ("yellow" if "SHM" in kinds else "white")
+            cells.append(f"[{style}]{label}[/]")
+        table.add_row(str(src), *cells)
+    console.print(table)
+
+
+def _render_benchmarks(machine: "Machine", console: "Console") -> None:
+    for bench in machine.benchmarks:
+        data = bench.to_json()
+        tool = data.get("tool")
+        if tool == "nccl-tests":
+            console.print(
+                f"nccl-tests {data.get('op') or '?'} on {data.get('nranks') or '?'} GPU(s): "
+                f"max busbw {_fmt(data.get('max_busbw'))} GB/s, avg busbw {_fmt(data.get('avg_busbw'))} GB/s, "
+                f"out-of-bounds {_fmt(data.get('out_of_bounds'))}"
+            )
+        else:
+            names = ", ".join(sorted((data.get("matrices") or data.get("testcases") or {}).keys())[:4])
+            console.print(f"{tool}: {names or 'no matrices'}")
+    if machine.benchmarks:
+        console.print()
+
+
+def _render_findings(findings: list["Finding"], console: "Console") -> None:
+    from rich.text import Text
+
+    if not findings:
+        console.print(Text("Findings: none", style="green"))
+        console.print()
+        return
+    by_key = {f.key: f for f in findings}
+    explained = {cause for f in findings for cause in f.causes}
+    roots = [f for f in findings if f.key not in explained]
+    if not roots:  # a cycle; show everything flat rather than nothing
+        roots = list(findings)
+    console.print(Text(f"Findings ({len(findings)})", style="bold"))
+    groups: dict[str, list["Finding"]] = {}
+    for finding in roots:
+        subject = _subject_group(finding.subjects)
+        groups.setdefault(subject, []).append(finding)
+    for subject in sorted(groups, key=_subject_order):
+        console.print(Text(f"{subject}:", style="bold"))
+        for finding in groups[subject]:
+            _render_finding(finding, by_key, console, depth=1, seen=set())
+    console.print()
+
+
+def _subject_group(subjects: list[str]) -> str:
+    if not subjects:
+        return "host"
+    gpus = [s for s in subjects if gpu_index(s) is not None]
+    if len(subjects) == 1:
+        return subjects[0]
+    if gpus and len(gpus) == len(subjects):
+        return "GPU pairs"
+    return "links and devices"
+
+
+def _subject_order(subject: str) -> tuple:
+    special = {"host": (0,), "GPU pairs": (2,), "links and devices": (3,)}
+    if subject in special:
+        return special[subject] + ("",)
+    return (1,) + endpoint_sort_key(subject)
+
+
+def _render_finding(finding: "Finding", by_key: dict, console: "Console", depth: int, seen: set[str]) -> None:
+    from rich.text import Text
+
+    indent = "  " * depth
+    label = SEVERITY_LABEL.get(finding.severity, finding.severity.upper())
+    line = Text(indent)
+    line.append(f"[{label}] ", style=SEVERITY_STYLE.get(finding.severity, ""))
+    line.append(finding.title)
+    line.append(f"  ({finding.id})", style="dim")
+    console.print(line)
+    if finding.explanation:
+        console.print(Text(f"{indent}    {finding.explanation}"))
+    for ref in finding.evidence[:MAX_EVIDENCE_LINES]:
+        console.print(Text(f"{indent}    > {ref.cite()}", style="dim"))
+    if len(finding.evidence) > MAX_EVIDENCE_LINES:
+        console.print(Text(f"{indent}    > ... {len(finding.evidence) - MAX_EVIDENCE_LINES} more line(s) in --json", style="dim"))
+    if finding.confirm_with:
+        console.print(Text(f"{indent}    To confirm: {finding.confirm_with}"))
+    if finding.remedy:
+        console.print(Text(f"{indent}    Fix: {finding.remedy}", style="green"))
+    seen = seen | {finding.key}
+    for cause_key in finding.causes:
+        cause = by_key.get(cause_key)
+        if cause is None or cause_key in seen:
+            continue
+        console.print(Text(f"{indent}    because:", style="italic"))
+        _render_finding(cause, by_key, console, depth + 2, seen)
+
+
+def _render_recommendation(recommendation: Any | None, console: "Console") -> None:
+    if recommendation is None or not getattr(recommendation, "groups", None):
+        return
+    from rich.table import Table
+
+    table = Table(title="Tensor-parallel groups (best partition of all GPUs at each TP size)", title_justify="left")
+    for column in ("TP", "groups", "worst link inside a group", "why"):
+        table.add_column(column)
+    rationale = getattr(recommendation, "rationale", {}) or {}
+    for size in sorted(recommendation.groups):
+        worst = recommendation.worst_link.get(size)
+        table.add_row(
+            str(size),
+            " ".join("{" + ",".join(str(i) for i in group) + "}" for group in recommendation.groups[size]),
+            f"[{path_style(worst)}]{worst or '?'}[/]",
+            rationale.get(size, "") if isinstance(rationale, dict) else "",
+        )
+    console.print(table)
+    comparison = getattr(recommendation, "comparison", None)
+    if comparison:
+        console.print(comparison)
+    visible = getattr(recommendation, "cuda_visible_devices", {}) or {}
+    for size in sorted(visible):
+        console.print(f"TP{size}: " + "   ".join(visible[size]))
+    console.print()
+
+
+def _render_inputs(machine: "Machine", console: "Console") -> None:
+    from rich.text import Text
+
+    if machine.inputs:
+        console.print(Text("Inputs", style="bold"))
+        for record in machine.inputs:
+            style = "red" if record.format == "unknown" else ""
+            console.print(Text(f"  {record.path}: {record.format}", style=style))
+            for warning in record.warnings[:5]:
+                console.print(Text(f"    ! {warning}", style="yellow"))
+            if len(record.warnings) > 5:
+                console.print(Text(f"    ! ... {len(record.warnings) - 5} more warning(s) in --json", style="yellow"))
+    notes = [n for n in machine.notes if not any(n.message in r.warnings for r in machine.inputs)]
+    if notes:
+        console.print(Text("Notes", style="bold"))
+        for note in notes:
+            console.print(Text(f"  {note.subject}: {note.message}", style="yellow" if note.level == "warn" else ""))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
