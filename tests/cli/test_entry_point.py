@@ -1,0 +1,54 @@
+"""The installed `k3diag` console script, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k3diag import __version__
+
+
+def _k3diag() -> list[str]:
+    exe = shutil.which("k3diag")
+    if exe is None:
+        # fall back to the module when the script directory is not on PATH
+        return [sys.executable, "-m", "k3diag"]
+    return [exe]
+
+
+def test_version() -> None:
+    done = subprocess.run([*_k3diag(), "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"k3diag {__version__}"
+
+
+def test_topo_json_on_fixture_root_without_gpu(tmp_path: Path, fixtures_dir: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path), NO_COLOR="1")
+    done = subprocess.run(
+        [*_k3diag(), "topo", "--root", str(fixtures_dir / "hostroot" / "dual_socket"), "--json"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    report = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert report["findings"][0]["id"] == "no-gpu-found"
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize("no_color", ["1", None])
+def test_piped_output_has_no_escape_codes(tmp_path: Path, fixtures_dir: Path, no_color: str | None) -> None:
+    env = dict(os.environ, PATH=str(tmp_path))
+    env.pop("NO_COLOR", None)
+    if no_color:
+        env["NO_COLOR"] = no_color
+    done = subprocess.run(
+        [*_k3diag(), "topo", "--root", str(fixtures_dir / "hostroot" / "dual_socket")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert "\x1b[" not in done.stdout
+    assert "Verdict:" in done.stdout
