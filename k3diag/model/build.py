@@ -16,6 +16,7 @@ from k3diag.parse.registry import FormatSpec, available_formats, merger, parser_
 from k3diag.parse.text import Section, looks_binary, normalize, prompt_command
 
 SNIFF_THRESHOLD = 0.5
+SNIFF_CHARS = 64 * 1024
 # How much of a file is looked at to decide whether it is a (possibly huge) streaming log.
 STREAM_SNIFF_BYTES = 256 * 1024
 
@@ -96,6 +97,8 @@ def ingest(item: Evidence, machine: Machine) -> None:
 def detect(text: str, command: str | None = None) -> FormatSpec | None:
     """The format whose parser is most confident about this text, if any is confident enough."""
     best: tuple[float, FormatSpec] | None = None
+    # The head of an output tells what it is; sniffing megabytes would only cost time.
+    text = text[:SNIFF_CHARS]
     for spec in available_formats():
         module = parser_module(spec)
         try:
@@ -133,7 +136,9 @@ def split_sections(text: str, command: str | None = None) -> list[Section]:
                 if pattern.match(line):
                     starts.setdefault(index, None)
                     break
-        previous_was_prompt = False
+        # A blank line between a prompt and the output it printed keeps them together.
+        if line.strip():
+            previous_was_prompt = False
     ordered = sorted(starts)
     sections: list[Section] = []
     for position, start in enumerate(ordered):

@@ -14,8 +14,9 @@ from k3diag.model.source import SourceRef
 
 # Quality order of `nvidia-smi topo -m` path codes, best first. NV# is handled by
 # nvlink count (more links is better) and always ranks above every PCIe path.
-# PSB (old drivers: single on-board switch) behaves like PIX.
-PCIE_PATH_ORDER: tuple[str, ...] = ("PIX", "PSB", "PXB", "PHB", "NODE", "SYS")
+# PSB (old drivers: single on-board switch) behaves like PIX. SOC is what drivers before
+# SYS/NODE existed printed for a path across the CPU sockets: as bad as SYS.
+PCIE_PATH_ORDER: tuple[str, ...] = ("PIX", "PSB", "PXB", "PHB", "NODE", "SYS", "SOC")
 AMD_PATH_ORDER: tuple[str, ...] = ("XGMI", "PCIE")
 _NV_RE = re.compile(r"^NV(\d+)$")
 
@@ -79,6 +80,8 @@ class Gpu:
     pcie: PcieLinkState = field(default_factory=PcieLinkState)
     memory_total_mib: int | None = None
     sources: list[SourceRef] = field(default_factory=list)
+    # The GPU's own NUMA node where the GPU memory is one (Grace Hopper); `GPU NUMA ID` in topo -m.
+    gpu_numa_id: int | None = None
 
     @property
     def label(self) -> str:

@@ -1,0 +1,281 @@
+"""GPU topology findings: slow GPU-GPU paths, P2P refused, PCIe links below what they can do.
+
+Each rule reads only the model, cites the cells and lines that show the fact, and says what
+to do. Pairs are judged by their best path from any source (an NVLink seen by NVML beats a
+PCIe code from a stale paste), so a pair is flagged only when nothing better joins it.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Iterable
+
+from k3diag.analyze.finding import Finding, Rule
+from k3diag.model.machine import Machine
+from k3diag.model.source import SourceRef
+from k3diag.model.topology import Gpu, Link, P2PStatus, gpu_index, nvlink_count
+
+CROSS_SOCKET_PATHS = ("SYS", "SOC")
+HOST_BRIDGE_PATHS = ("PHB", "NODE")
+# NVLink and atomics are "NS" on every PCIe-only box; only these say whether P2P works at all.
+P2P_DATA_CAPABILITIES = ("read", "write", "pcie", "unknown")
+P2P_REFUSALS = ("CNS", "GNS", "TNS", "NS", "DR")
+LOAD_RECHECK = (
+    "nvidia-smi --query-gpu=index,pstate,pcie.link.gen.current,pcie.link.gen.max,"
+    "pcie.link.width.current,pcie.link.width.max --format=csv -l 1"
+)
+
+
+def _gpu_pairs(machine: Machine) -> Iterable[tuple[str, str, Link]]:
+    names = sorted({name for link in machine.links for name in (link.a, link.b) if gpu_index(name) is not None},
+                   key=lambda name: gpu_index(name) or 0)
+    for a, b in combinations(names, 2):
+        link = machine.link(a, b)
+        if link is not None:
+            yield a, b, link
+
+
+def _numa_groups(machine: Machine) -> str | None:
+    groups: dict[int, list[int]] = {}
+    for gpu in machine.sorted_gpus():
+        if gpu.numa_node is not None:
+            groups.setdefault(gpu.numa_node, []).append(gpu.index)
+    if len(groups) < 2:
+        return None
+    return "; ".join(f"NUMA node {node}: GPU {', '.join(map(str, indices))}" for node, indices in sorted(groups.items()))
+
+
+def _evidence_for_pair(machine: Machine, a: str, b: str, paths: tuple[str, ...]) -> list[SourceRef]:
+    refs = [link.source for link in machine.links_between(a, b) if link.source is not None and link.path in paths]
+    return list(dict.fromkeys(refs))[:4]
+
+
+def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    groups = _numa_groups(machine)
+    for a, b, link in _gpu_pairs(machine):
+        if link.path not in CROSS_SOCKET_PATHS:
+            continue
+        keep_within = (
+            f" This host's GPUs split as {groups}: keep each tensor-parallel group inside one of these."
+            if groups
+            else " Keep each tensor-parallel group on GPUs of one socket (same NUMA Affinity in `nvidia-smi topo -m`)."
+        )
+        yield Finding(
+            id="gpu-pair-sys",
+            severity="warn",
+            subjects=[a, b],
+            title=f"{a} and {b} talk across the CPU interconnect ({link.path})",
+            explanation=(
+                f"The only path between {a} and {b} goes from one CPU socket to the other over the SMP link "
+                "(QPI/UPI/Infinity Fabric). PCIe peer-to-peer across sockets is slow or refused on most platforms, so "
+                "NCCL stages their traffic through host memory (SHM) and all-reduce between them runs at a fraction of "
+                "PCIe speed; a tensor-parallel group that includes both is paced by this pair."
+            ),
+            evidence=_evidence_for_pair(machine, a, b, CROSS_SOCKET_PATHS),
+            remedy=(
+                "Place tensor-parallel groups within one socket and use pipeline or data parallelism across sockets "
+                "(vLLM: --tensor-parallel-size within a socket, --pipeline-parallel-size across)."
+                + keep_within
+                + " If the slots allow, move GPUs so that peers share a socket or a PCIe switch."
+            ),
+            confirm_with=f"nvidia-smi topo -p -i {gpu_index(a)},{gpu_index(b)}",
+            data={"path": link.path, "origin": link.origin},
+        )
+
+
+def check_gpu_pair_phb(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    for a, b, link in _gpu_pairs(machine):
+        if link.path not in HOST_BRIDGE_PATHS:
+            continue
+        where = (
+            "through the CPU's PCIe host bridge"
+            if link.path == "PHB"
+            else "between two PCIe host bridges of one CPU (NODE)"
+        )
+        yield Finding(
+            id="gpu-pair-phb",
+            severity="info",
+            subjects=[a, b],
+            title=f"{a} and {b} connect {where}",
+            explanation=(
+                f"{a} and {b} have no PCIe switch in common: their traffic climbs to the CPU root complex and back. "
+                "It stays on one socket, but NCCL's default P2P level on Intel CPUs is PXB, so such pairs fall back "
+                "to host-memory copies unless NCCL_P2P_LEVEL is raised, and with IOMMU/ACS redirection even real P2P "
+                "is bounced through the root complex. Expect roughly half of same-switch bandwidth for collectives."
+            ),
+            evidence=_evidence_for_pair(machine, a, b, HOST_BRIDGE_PATHS),
+            remedy=(
+                "For TP=2 prefer pairs behind one PCIe switch (PIX/PXB) when the box has them. If P2P is supported "
+                "(`nvidia-smi topo -p2p r` shows OK) and measured P2P bandwidth is good, NCCL_P2P_LEVEL=SYS (or PHB) "
+                "lets NCCL use it; if P2P is slow or hangs, check ACS/IOMMU on the root ports first."
+            ),
+            confirm_with="nvidia-smi topo -p2p r",
+            data={"path": link.path, "origin": link.origin},
+        )
+
+
+_P2P_MEANING = {
+    "GNS": (
+        "the driver refuses P2P on this GPU model (GeForce and most consumer cards on stock drivers)",
+        "P2P cannot be enabled with the stock driver: NCCL will copy through host memory. For vLLM/SGLang pass "
+        "--disable-custom-all-reduce (its custom all-reduce needs P2P). Community patched open kernel modules enable "
+        "P2P on some GeForce cards, unsupported and at your own risk; a data-center or workstation SKU is the "
+        "supported fix.",
+    ),
+    "CNS": (
+        "the chipset or PCIe root complex between them does not allow peer-to-peer (typical across CPU sockets, on "
+        "some consumer boards, and when the root ports redirect P2P)",
+        "Check the BIOS for ACS / IOMMU settings (disable ACS on the PCIe switches and root ports, or boot with "
+        "iommu=pt), and keep P2P peers on one socket or one PCIe switch. `lspci -vv` on the bridges above both GPUs "
+        "shows ACSCtl; ReqRedir+/CmpltRedir+ send P2P to the root complex.",
+    ),
+    "TNS": (
+        "the topology between them does not support P2P (for example a path across CPU sockets that the platform "
+        "cannot carry peer traffic over)",
+        "Keep tensor-parallel peers on GPUs whose path is PIX/PXB/PHB, not SYS; move cards so peers share a socket.",
+    ),
+    "NS": (
+        "P2P is not supported between them, without a more specific reason (common in VMs, with IOMMU translation, "
+        "or when a GPU is behind a bridge that blocks P2P)",
+        "In a VM, ask for GPUs passed through with P2P support (or bare metal). On bare metal check IOMMU (iommu=pt "
+        "or off), ACS on the bridges, and the driver version.",
+    ),
+    "DR": (
+        "P2P was disabled by a driver registry key",
+        "Look for NVreg_RegistryDwords settings in /etc/modprobe.d/*.conf and on the kernel command line, remove the "
+        "P2P override, and reload the nvidia module (or reboot).",
+    ),
+}
+
+
+def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    by_pair: dict[tuple[str, str], list[P2PStatus]] = {}
+    for status in machine.p2p:
+        if status.capability not in P2P_DATA_CAPABILITIES or status.status not in P2P_REFUSALS:
+            continue
+        if gpu_index(status.src) is None or gpu_index(status.dst) is None:
+            continue
+        key = tuple(sorted((status.src, status.dst), key=lambda name: gpu_index(name) or 0))
+        by_pair.setdefault(key, []).append(status)  # type: ignore[arg-type]
+    for (a, b), statuses in sorted(by_pair.items(), key=lambda item: (gpu_index(item[0][0]), gpu_index(item[0][1]))):
+        if _joined_by_nvlink(machine, a, b) and all(s.status == "NS" and s.capability == "pcie" for s in statuses):
+            continue  # NVLink pairs need no PCIe P2P
+        codes = sorted({s.status for s in statuses if s.status}, key=P2P_REFUSALS.index)
+        capabilities = sorted({s.capability for s in statuses})
+        named = [c for c in capabilities if c != "unknown"]
+        which = ", ".join(named) + (" and a matrix whose capability was not given" if "unknown" in capabilities else "")
+        if not named:
+            which = "a P2P matrix whose capability was not given"
+        meaning = "; ".join(f"{code}: {_P2P_MEANING[code][0]}" for code in codes)
+        remedy = " ".join(_P2P_MEANING[code][1] for code in codes)
+        refs = list(dict.fromkeys(s.source for s in statuses if s.source is not None))[:4]
+        yield Finding(
+            id="p2p-not-supported",
+            severity="warn",
+            subjects=[a, b],
+            title=f"P2P between {a} and {b} is refused ({', '.join(codes)})",
+            explanation=(
+                f"The driver reports no peer-to-peer access between {a} and {b} ({which}; "
+                f"{meaning}). Without P2P, NCCL moves their data through host memory (SHM) and tensor-parallel "
+                "all-reduce between them is several times slower; vLLM's custom all-reduce is disabled or fails."
+            ),
+            evidence=refs,
+            remedy=remedy,
+            confirm_with="nvidia-smi topo -p2p r; nvidia-smi topo -p2p w",
+            data={"codes": codes, "capabilities": capabilities},
+        )
+
+
+def _joined_by_nvlink(machine: Machine, a: str, b: str) -> bool:
+    return any((nvlink_count(link.path) or 0) > 0 for link in machine.links_between(a, b))
+
+
+def check_pcie_width(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    for gpu in machine.sorted_gpus():
+        state = gpu.pcie
+        if state.width_current is None or state.width_max is None or state.width_current >= state.width_max:
+            continue
+        yield Finding(
+            id="pcie-width-below-max",
+            severity="fail",
+            subjects=[gpu.label],
+            title=f"{gpu.label} link runs at x{state.width_current} of x{state.width_max}",
+            explanation=(
+                f"{gpu.label}{_name(gpu)} negotiated x{state.width_current} lanes where x{state.width_max} are "
+                "possible. GPUs lower link speed when idle but not width, so this is a physical or configuration "
+                f"limit: host-device copies, model loading and any PCIe P2P traffic to this GPU get "
+                f"{state.width_current}/{state.width_max} of the bandwidth, and a tensor-parallel group is as fast as "
+                "its slowest member."
+            ),
+            evidence=[state.source] if state.source is not None else [],
+            remedy=(
+                "Reseat the card (and its riser), check the slot is wired x16 and not shared with an M.2/U.2 slot, "
+                "and check BIOS PCIe bifurcation for the slot (x16, not x8x8). `lspci -vv` shows LnkCap/LnkSta on the "
+                "GPU and on each bridge above it; the first hop whose LnkSta width is below its LnkCap is the limit. "
+                "Cards with an x8 edge connector (e.g. some RTX 40/50-series) report the slot's x16 as max: then "
+                "x8 is expected."
+            ),
+            confirm_with=(
+                f"sudo lspci -vv -s {gpu.bus_id} | grep -E 'LnkCap|LnkSta'" if gpu.bus_id else "sudo lspci -vv | grep -E 'LnkCap|LnkSta'"
+            ),
+            data={"width_current": state.width_current, "width_max": state.width_max, "bus_id": gpu.bus_id},
+        )
+
+
+def check_pcie_gen(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    for gpu in machine.sorted_gpus():
+        state = gpu.pcie
+        if state.gen_current is None or state.gen_max is None or state.gen_current >= state.gen_max:
+            continue
+        busy = gpu.performance_state == "P0"
+        if busy:
+            why = (
+                f"{gpu.label} is in P0 (busy) and its link still runs at Gen{state.gen_current} of "
+                f"Gen{state.gen_max}: the link trained down, which cuts host-device and PCIe P2P bandwidth "
+                f"to about {2 ** (state.gen_current - state.gen_max):.0%} of what Gen{state.gen_max} gives."
+            )
+        else:
+            seen = f"in {gpu.performance_state}" if gpu.performance_state else "in an unknown performance state"
+            why = (
+                f"{gpu.label} was {seen} when read. GPUs drop the link to Gen1 (2.5 GT/s) when idle to save power "
+                f"and return to Gen{state.gen_max} under load, so Gen{state.gen_current} here is expected and not "
+                "a fault by itself; only a reading taken under load can tell."
+            )
+        yield Finding(
+            id="pcie-gen-below-max",
+            severity="warn" if busy else "info",
+            subjects=[gpu.label],
+            title=f"{gpu.label} link at Gen{state.gen_current} of Gen{state.gen_max}"
+            + ("" if busy else " (idle reading)"),
+            explanation=why,
+            evidence=[state.source] if state.source is not None else [],
+            remedy=(
+                "Re-check while the GPU is busy (run a job or `nvbandwidth`, and in another shell the command "
+                "below). If it stays below max in P0: reseat the card, check risers/retimers and the BIOS PCIe "
+                "generation setting for the slot (Auto, not Gen3), and update the BIOS."
+                if busy
+                else "Nothing to do if it reaches Gen{0} under load; check with the command below while a job runs.".format(
+                    state.gen_max
+                )
+            ),
+            confirm_with=LOAD_RECHECK,
+            data={
+                "gen_current": state.gen_current,
+                "gen_max": state.gen_max,
+                "performance_state": gpu.performance_state,
+            },
+        )
+
+
+def _name(gpu: Gpu) -> str:
+    parts = [part for part in (gpu.name, gpu.bus_id) if part]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+RULES = (
+    Rule("gpu-pair-sys", "warn", "GPU pair crosses the CPU interconnect", check_gpu_pair_sys),
+    Rule("gpu-pair-phb", "info", "GPU pair goes through the host bridge", check_gpu_pair_phb),
+    Rule("p2p-not-supported", "warn", "P2P refused between GPUs", check_p2p_not_supported),
+    Rule("pcie-width-below-max", "fail", "GPU PCIe link narrower than it can be", check_pcie_width),
+    Rule("pcie-gen-below-max", "info", "GPU PCIe link slower than it can be", check_pcie_gen),
+)

@@ -1,0 +1,366 @@
+"""`nvidia-smi topo -m`: the GPU/NIC path matrix, affinities and legends, as users paste it.
+
+What real pastes look like (see fixtures/nvidia/SOURCES.md): tab separated or spaces, the
+header's leading tab lost or the header glued to the command line, rows indented, NIC
+columns or NIC rows only, `NIC Legend:`, `CPU Affinity` alone on old drivers, `NUMA
+Affinity` and `GPU NUMA ID` (N/A after a double tab) on new ones, ANSI underline on the
+header, CRLF, lines cut at the terminal width, legends wrapped or missing, the very old
+legend (`SOC`, "Path traverses") and the "switches" one.
+
+Cells are split on runs of whitespace: every value nvidia-smi prints is one token, so tabs
+and spaces read the same and a pasted tab that became spaces changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from k3diag.model.source import SourceRef
+from k3diag.parse.text import Section, normalize
+
+# A line that begins a `topo -m` (or `topo -p2p`, which prints the same header) output: the
+# header row, possibly glued to the command line that printed it.
+START_RE = re.compile(
+    r"^\s*(?:.*\bnvidia-smi\s+topo\s+\S+\s+)?GPU0\s+(?:GPU1|NIC0|mlx\d+_\d+|CPU\s+Affinity)\b"
+)
+
+TOPOLOGY_CODES = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "PSB"})
+P2P_CODES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
+_NV_RE = re.compile(r"^NV\d+$")
+# Uppercase codes a future driver might add; taken as cells (with a warning), never as affinities.
+_CODE_LIKE_RE = re.compile(r"^[A-Z][A-Z0-9#]{0,5}$")
+_GPU_RE = re.compile(r"^GPU(\d+)$")
+_NIC_RE = re.compile(r"^NIC\d+$")
+_ENDPOINT_RE = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
+_CPULIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+_LEGEND_ENTRY_RE = re.compile(r"^\s*(X|[A-Z][A-Z0-9#]*)\s*=\s*(.*?)\s*$")
+_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_SHELLISH_RE = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@[\w.-]+|[$#>%]\s)")
+TRAILING_LABELS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+# A pasted matrix may hold a stray line ("[...]"); more than this and the matrix is over.
+MAX_SKIPPED_LINES = 3
+
+
+@dataclass
+class MatrixCell:
+    row: str
+    col: str
+    value: str | None  # as printed; None when blank, N/A or cut off
+    source: SourceRef
+
+
+@dataclass
+class EndpointRow:
+    """One row of the matrix: a GPU or NIC and what its trailing columns say."""
+
+    name: str
+    cpu_affinity: str | None = None  # as printed ("0-31,64-95")
+    numa_affinity: str | None = None  # as printed ("0", "N/A")
+    numa_node: int | None = None  # numa_affinity when it is one node
+    gpu_numa_id: int | None = None
+    source: SourceRef | None = None
+
+    @property
+    def gpu_index(self) -> int | None:
+        match = _GPU_RE.match(self.name)
+        return int(match.group(1)) if match else None
+
+
+@dataclass
+class TopoMatrixResult:
+    columns: list[str] = field(default_factory=list)  # header order
+    trailing_labels: list[str] = field(default_factory=list)  # CPU Affinity, NUMA Affinity, GPU NUMA ID present
+    rows: dict[str, EndpointRow] = field(default_factory=dict)
+    cells: list[MatrixCell] = field(default_factory=list)
+    nic_legend: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
+    legend: dict[str, str] = field(default_factory=dict)  # code -> meaning as printed
+    legend_style: str | None = None  # "bridges" (current) | "switches" | "old" | None when absent
+    header_source: SourceRef | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every endpoint named by a column or a row, in the order met."""
+        names = list(self.columns)
+        names.extend(name for name in self.rows if name not in names)
+        return names
+
+    def cell(self, row: str, col: str) -> str | None:
+        for cell in self.cells:
+            if cell.row == row and cell.col == col:
+                return cell.value
+        return None
+
+
+@dataclass(frozen=True)
+class MatrixHeader:
+    line_index: int
+    columns: list[str]
+    trailing_labels: list[str]
+
+
+def is_cell_token(token: str) -> bool:
+    if _GPU_RE.match(token) or _NIC_RE.match(token):
+        return False
+    return token == "X" or token == "N/A" or bool(_NV_RE.match(token)) or bool(_CODE_LIKE_RE.match(token))
+
+
+def find_header(lines: list[str], start: int = 0) -> MatrixHeader | None:
+    """The first matrix header at or after `start`: GPU0 followed by endpoint names, not cells."""
+    for index in range(start, len(lines)):
+        header = parse_header_line(lines[index])
+        if header is not None:
+            columns, labels = header
+            return MatrixHeader(index, columns, labels)
+    return None
+
+
+def parse_header_line(line: str) -> tuple[list[str], list[str]] | None:
+    match = re.search(r"(?<!\S)GPU0(?!\S)", line)
+    if match is None:
+        return None
+    prefix = line[: match.start()]
+    # A row's first cell is its own name; a header has only whitespace (or the command that
+    # printed it, when the newline was lost in the paste) before GPU0.
+    if prefix.strip() and "nvidia-smi" not in prefix:
+        return None
+    tokens = line[match.start():].split()
+    columns: list[str] = []
+    position = 0
+    while position < len(tokens):
+        token = tokens[position]
+        if token in ("CPU", "NUMA") or (token == "GPU" and tokens[position + 1 : position + 2] == ["NUMA"]):
+            break
+        if not _ENDPOINT_RE.match(token) or is_cell_token(token):
+            return None
+        columns.append(token)
+        position += 1
+    rest = " ".join(tokens[position:])
+    labels = [label for label in TRAILING_LABELS if label in rest]
+    if len(columns) == 1 and not labels and len(tokens) > 1:
+        return None
+    return columns, labels
+
+
+def looks_like_cpulist(value: str) -> bool:
+    return bool(_CPULIST_RE.match(value))
+
+
+def bare_command(lines: list[str]) -> str | None:
+    """The command when a paste starts with it on a line of its own, without a shell prompt."""
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("nvidia-smi "):
+            return stripped
+        return None
+    return None
+
+
+def sniff(text: str) -> float:
+    lines = normalize(text[:100_000]).split("\n")[:400]
+    header = find_header(lines)
+    if header is None:
+        return 0.0
+    topology = p2p = rows = 0
+    for line in lines[header.line_index + 1 :]:
+        tokens = line.split()
+        if not tokens:
+            continue
+        if tokens[0].startswith("Legend"):
+            break
+        if not _ENDPOINT_RE.match(tokens[0]):
+            continue
+        rows += 1
+        for token in tokens[1:]:
+            if token in TOPOLOGY_CODES or _NV_RE.match(token):
+                topology += 1
+            elif token in P2P_CODES:
+                p2p += 1
+    joined = "\n".join(lines)
+    score = 0.2 if rows else 0.05
+    if topology and topology >= p2p:
+        score += 0.5
+    elif p2p:
+        return 0.1
+    if header.trailing_labels:
+        score += 0.3
+    if "Connection traversing" in joined or "Path traverses" in joined or "NIC Legend" in joined:
+        score += 0.2
+    return min(score, 1.0)
+
+
+def parse(section: Section, input_name: str) -> TopoMatrixResult:
+    result = TopoMatrixResult()
+    lines = normalize(section.text).split("\n")
+
+    def ref(index: int) -> SourceRef:
+        return SourceRef(input_name, section.first_line + index, lines[index].rstrip())
+
+    header = find_header(lines)
+    if header is None:
+        result.warnings.append(
+            f"{input_name}: no `nvidia-smi topo -m` header (a line starting with GPU0 GPU1 ...) was found"
+        )
+        _parse_legends(lines, 0, result, ref)
+        return result
+    result.columns = header.columns
+    result.trailing_labels = header.trailing_labels
+    result.header_source = ref(header.line_index)
+
+    index = header.line_index + 1
+    skipped = 0
+    while index < len(lines):
+        line = lines[index]
+        tokens = line.split()
+        if not tokens:
+            index += 1
+            continue
+        if tokens[0].startswith("Legend") or tokens[0] == "NIC" or _LEGEND_ENTRY_RE.match(line):
+            break
+        if parse_header_line(line) is not None:
+            break  # a second output pasted right after this one
+        if not _ENDPOINT_RE.match(tokens[0]):
+            skipped += 1
+            if skipped > MAX_SKIPPED_LINES:
+                break  # the matrix ended without a legend; what follows is something else
+            result.warnings.append(f"line {section.first_line + index}: not a matrix row, skipped: {line.strip()[:60]!r}")
+            index += 1
+            continue
+        _parse_row(tokens, index, result, ref, section.first_line)
+        index += 1
+    _parse_legends(lines, index, result, ref)
+    _check_completeness(result)
+    return result
+
+
+def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, first_line: int) -> None:
+    name = tokens[0]
+    line_no = first_line + index
+    source = ref(index)
+    values = tokens[1:]
+    cells: list[str] = []
+    while values and len(cells) < len(result.columns) and is_cell_token(values[0]):
+        cells.append(values.pop(0))
+    if len(cells) < len(result.columns):
+        missing = result.columns[len(cells):]
+        result.warnings.append(
+            f"line {line_no}: the {name} row has {len(cells)} of {len(result.columns)} cells (the line looks cut); "
+            f"{', '.join(missing)} unknown"
+        )
+    if name in result.rows:
+        result.warnings.append(f"line {line_no}: a second {name} row; the first one is kept")
+        return
+    row = EndpointRow(name=name, source=source)
+    result.rows[name] = row
+    for col, value in zip(result.columns, cells + [None] * (len(result.columns) - len(cells))):
+        if col == name:
+            if value not in (None, "X"):
+                result.warnings.append(f"line {line_no}: {name} against itself reads {value!r}, not X")
+            continue
+        cleaned = None if value in (None, "N/A") else value
+        if cleaned is not None and not (cleaned in TOPOLOGY_CODES or _NV_RE.match(cleaned)):
+            if cleaned == "X":
+                result.warnings.append(f"line {line_no}: X (self) where {name} meets {col}; taken as unknown")
+                cleaned = None
+            else:
+                result.warnings.append(f"line {line_no}: unknown path code {cleaned!r} between {name} and {col}")
+        result.cells.append(MatrixCell(row=name, col=col, value=cleaned, source=source))
+    _assign_trailing(row, values, result, line_no)
+
+
+def _assign_trailing(row: EndpointRow, values: list[str], result: TopoMatrixResult, line_no: int) -> None:
+    labels = list(result.trailing_labels) or (list(TRAILING_LABELS) if values else [])
+    for label, value in zip(labels, values):
+        if label == "CPU Affinity":
+            row.cpu_affinity = None if value == "N/A" else value
+            if row.cpu_affinity is not None and not looks_like_cpulist(value):
+                result.warnings.append(
+                    f"line {line_no}: CPU affinity {value!r} of {row.name} is not a CPU list (cut or glued in the paste?)"
+                )
+        elif label == "NUMA Affinity":
+            row.numa_affinity = value
+            if value.isdigit():
+                row.numa_node = int(value)
+            elif value != "N/A" and not looks_like_cpulist(value):
+                result.warnings.append(f"line {line_no}: NUMA affinity {value!r} of {row.name} is not a node number")
+        elif label == "GPU NUMA ID":
+            if value.isdigit():
+                row.gpu_numa_id = int(value)
+            elif value != "N/A":
+                result.warnings.append(f"line {line_no}: GPU NUMA ID {value!r} of {row.name} is not a number")
+    if len(values) > len(labels):
+        result.warnings.append(
+            f"line {line_no}: {len(values) - len(labels)} value(s) after the {row.name} row that no column names: "
+            f"{' '.join(values[len(labels):])[:60]!r}"
+        )
+
+
+def _parse_legends(lines: list[str], start: int, result: TopoMatrixResult, ref) -> None:
+    in_legend = in_nic_legend = False
+    last_code: str | None = None
+    for index in range(start, len(lines)):
+        line = lines[index]
+        stripped = line.strip()
+        if stripped.startswith("NIC Legend"):
+            in_nic_legend, in_legend = True, False
+            continue
+        if stripped.startswith("Legend"):
+            in_legend, in_nic_legend = True, False
+            continue
+        nic = _NIC_LEGEND_RE.match(line)
+        if nic and (in_nic_legend or not in_legend):
+            result.nic_legend[nic.group(1)] = nic.group(2)
+            continue
+        entry = _LEGEND_ENTRY_RE.match(line)
+        if entry:
+            # A lone legend line with no `Legend:` above it still says which codes were meant.
+            last_code = entry.group(1)
+            result.legend[last_code] = entry.group(2)
+            in_legend = True
+            continue
+        if not stripped:
+            if last_code is not None:
+                last_code = None  # wrapped lines never span a blank line
+            continue
+        if in_legend and last_code and not _SHELLISH_RE.match(line) and parse_header_line(line) is None:
+            result.legend[last_code] = f"{result.legend[last_code]} {stripped}"
+            continue
+        if parse_header_line(line) is not None:
+            break
+    result.legend_style = _legend_style(result.legend)
+
+
+def _legend_style(legend: dict[str, str]) -> str | None:
+    if not legend:
+        return None
+    text = " ".join(legend.values())
+    if "SOC" in legend or "Path traverses" in text:
+        return "old"
+    if "switch" in text:
+        return "switches"
+    return "bridges"
+
+
+def _check_completeness(result: TopoMatrixResult) -> None:
+    missing = [col for col in result.columns if col not in result.rows]
+    if missing and result.rows:
+        result.warnings.append(
+            f"no row for {', '.join(missing)} (the output looks cut); their affinities are unknown"
+        )
+    if not result.rows:
+        result.warnings.append("the matrix header has no rows under it")
+    seen: dict[tuple[str, str], MatrixCell] = {(c.row, c.col): c for c in result.cells}
+    for (row, col), cell in seen.items():
+        other = seen.get((col, row))
+        if other is not None and row < col and other.value != cell.value and None not in (cell.value, other.value):
+            result.warnings.append(
+                f"{row}->{col} reads {cell.value} but {col}->{row} reads {other.value} (line {cell.source.line} "
+                f"and {other.source.line}); the matrix should be symmetric"
+            )
+    if result.nic_legend:
+        unnamed = [name for name in result.endpoints if _NIC_RE.match(name) and name not in result.nic_legend]
+        if unnamed:
+            result.warnings.append(f"the NIC legend does not name {', '.join(unnamed)}")

@@ -1,0 +1,126 @@
+"""Topology rules on real outputs and recorded NVML readings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from k3diag.analyze.engine import run_rules
+from k3diag.analyze.finding import Finding
+from k3diag.analyze.rules import topology
+from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml
+from k3diag.evidence import Evidence
+from k3diag.model.build import build_machine
+from k3diag.model.machine import Machine
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+NVIDIA = FIXTURES / "nvidia"
+REPO = FIXTURES.parent
+
+
+def machine_of(*names: str) -> Machine:
+    return build_machine([Evidence(name=name, path=NVIDIA / name) for name in names])
+
+
+def run(check, machine: Machine) -> list[Finding]:
+    return list(check(machine, []))
+
+
+def test_every_rule_has_a_doc_page() -> None:
+    for rule in topology.RULES:
+        page = REPO / rule.doc_path()
+        assert page.is_file(), page
+        text = page.read_text()
+        for heading in ("**What it means.**", "**Why it matters.**", "**Confirm by hand.**", "**Fix.**"):
+            assert heading in text, (rule.id, heading)
+
+
+def test_sys_pairs_on_the_dual_socket_4090_box() -> None:
+    machine = machine_of("topo-m-8x4090-dual-socket-sys-tabs.txt")
+    findings = run(topology.check_gpu_pair_sys, machine)
+    assert len(findings) == 28  # every pair of this box is SYS, even within a socket
+    first = findings[0]
+    assert (first.id, first.severity, first.subjects) == ("gpu-pair-sys", "warn", ["GPU0", "GPU1"])
+    assert first.evidence[0].line == 2 and "SYS" in first.evidence[0].text
+    assert "NUMA node 0: GPU 0, 1, 2, 3; NUMA node 1: GPU 4, 5, 6, 7" in first.remedy
+    assert first.confirm_with == "nvidia-smi topo -p -i 0,1"
+
+
+def test_nvlink_pairs_are_never_sys() -> None:
+    machine = machine_of("topo-m-dgx1-v100-mlx5-tabs.txt")
+    pairs = {tuple(f.subjects) for f in run(topology.check_gpu_pair_sys, machine)}
+    assert ("GPU0", "GPU4") not in pairs  # NV2
+    assert ("GPU0", "GPU5") in pairs  # SYS in the hybrid cube mesh
+    assert len(pairs) == 12
+
+
+def test_old_driver_soc_counts_as_cross_socket() -> None:
+    text = "        GPU0    GPU1    CPU Affinity\nGPU0     X      SOC     0-11\nGPU1    SOC      X      12-23\n"
+    machine = build_machine([Evidence(name="old.txt", data=text.encode())])
+    [finding] = run(topology.check_gpu_pair_sys, machine)
+    assert finding.data["path"] == "SOC"
+
+
+def test_phb_and_node_pairs_are_info() -> None:
+    machine = machine_of("topo-m-5gpu-sys-node-phb.txt")
+    findings = {tuple(f.subjects): f for f in run(topology.check_gpu_pair_phb, machine)}
+    assert findings[("GPU1", "GPU2")].data["path"] == "PHB"
+    assert findings[("GPU1", "GPU3")].data["path"] == "NODE"
+    assert ("GPU0", "GPU1") not in findings  # SYS, reported by gpu-pair-sys
+    assert all(f.severity == "info" for f in findings.values())
+    assert len(findings) == 6
+
+
+def test_gns_on_geforce_explains_and_suggests_disabling_custom_all_reduce() -> None:
+    machine = machine_of("topo-p2p-2x5090-gns-tabs.txt")
+    [finding] = run(topology.check_p2p_not_supported, machine)
+    assert (finding.id, finding.severity, finding.subjects) == ("p2p-not-supported", "warn", ["GPU0", "GPU1"])
+    assert finding.data == {"codes": ["GNS"], "capabilities": ["unknown"]}
+    assert "GeForce" in finding.explanation and "--disable-custom-all-reduce" in finding.remedy
+    assert [ref.line for ref in finding.evidence] == [2, 3]
+
+
+def test_cns_on_l4_points_at_acs_and_iommu() -> None:
+    [finding] = run(topology.check_p2p_not_supported, machine_of("topo-p2p-r-2xl4-cns-no-legend.txt"))
+    assert finding.data["codes"] == ["CNS"] and finding.data["capabilities"] == ["read"]
+    assert "ACS" in finding.remedy and "iommu=pt" in finding.remedy
+
+
+def test_ok_and_nvlink_ns_are_not_findings() -> None:
+    assert run(topology.check_p2p_not_supported, machine_of("topo-p2p-r-h100-8x-ok.txt")) == []
+    readings = collect_nvml(FakeNvmlBackend.from_file(FIXTURES / "nvml" / "pcie-8x-l40s-dual-socket-gpu2-x8.json"))
+    machine = build_machine([readings])
+    findings = run(topology.check_p2p_not_supported, machine)
+    # nvlink/atomics NS everywhere is normal on PCIe; only the 16 cross-socket pairs refuse read/write (CNS).
+    assert len(findings) == 16
+    assert all(f.data["codes"] == ["CNS"] for f in findings)
+    assert findings[0].evidence[0].line is None and "nvmlDeviceGetP2PStatus" in findings[0].evidence[0].text
+
+
+def test_width_below_max_from_csv_and_nvml() -> None:
+    [from_csv] = run(topology.check_pcie_width, machine_of("csv-5060ti-width-x8-of-x16.txt"))
+    assert (from_csv.severity, from_csv.subjects) == ("fail", ["GPU1"])
+    assert from_csv.evidence[0].text == "1, NVIDIA GeForce RTX 5060 Ti, 3, 3, 8, 16"
+    machine = build_machine([collect_nvml(FakeNvmlBackend.from_file(FIXTURES / "nvml" / "pcie-8x-l40s-dual-socket-gpu2-x8.json"))])
+    [from_nvml] = run(topology.check_pcie_width, machine)
+    assert from_nvml.subjects == ["GPU2"]
+    assert from_nvml.confirm_with == "sudo lspci -vv -s 0000:3d:00.0 | grep -E 'LnkCap|LnkSta'"
+    assert "nvmlDeviceGetCurrPcieLinkWidth=8" in from_nvml.evidence[0].text
+
+
+def test_gen_below_max_is_info_when_idle_and_warn_in_p0() -> None:
+    idle = run(topology.check_pcie_gen, machine_of("csv-l40s-8x-idle-gen1.txt"))
+    assert len(idle) == 8 and {f.severity for f in idle} == {"info"}
+    assert "pcie.link.gen.current" in idle[0].confirm_with
+    busy_csv = (
+        "index, pstate, pcie.link.gen.current, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max\n"
+        "0, P0, 3, 4, 16, 16\n1, P8, 1, 4, 16, 16\n"
+    )
+    machine = build_machine([Evidence(name="busy.csv", data=busy_csv.encode())])
+    findings = {f.subjects[0]: f for f in run(topology.check_pcie_gen, machine)}
+    assert findings["GPU0"].severity == "warn" and findings["GPU1"].severity == "info"
+
+
+def test_nvswitch_box_has_no_topology_findings() -> None:
+    machine = build_machine([collect_nvml(FakeNvmlBackend.from_file(FIXTURES / "nvml" / "h100-sxm-8x-nvswitch-gpu3-link-down.json"))])
+    ids = {f.id for f in run_rules(machine) if f.id in {r.id for r in topology.RULES}}
+    assert ids == set()  # NV17/NV18 pairs are not SYS/PHB, P2P is OK, links at x16 Gen5 in P0

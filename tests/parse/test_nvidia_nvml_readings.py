@@ -1,0 +1,56 @@
+"""The recorded NVML readings document, read back into records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from k3diag.parse import nvml_readings
+from k3diag.parse.text import Section
+
+NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+
+
+def test_nvswitch_readings() -> None:
+    text = (NVML / "h100-sxm-8x-nvswitch-gpu3-link-down.json").read_text()
+    assert nvml_readings.sniff(text) == 1.0
+    result = nvml_readings.parse(Section(text, 1), "r.json")
+    assert result.driver_version == "535.129.03" and result.cuda_version == "12.2"
+    assert len(result.devices) == 8 and len(result.pairs) == 28 and len(result.p2p) == 8 * 7 * 5
+    gpu3 = result.devices[3]
+    assert (gpu3.nvlinks_active, gpu3.nvlinks_total) == (17, 18)
+    pair = next(p for p in result.pairs if (p.a, p.b) == (3, 6))
+    assert (pair.path, pair.pcie_path, pair.nvlinks) == ("NV17", "SYS", 17)
+    assert pair.source.line is None and "nvmlDeviceGetTopologyCommonAncestor(GPU3, GPU6)=50" in pair.source.text
+    assert result.warnings == []
+
+
+def test_text_is_not_readings() -> None:
+    assert nvml_readings.sniff("\tGPU0\tGPU1\n") == 0.0
+    assert nvml_readings.sniff('{"devices": []}') == 0.0
+
+
+def test_bad_json_is_a_warning() -> None:
+    result = nvml_readings.parse(Section("{not json", 1), "r.json")
+    assert result.devices == [] and "not valid JSON" in result.warnings[0]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 60) | st.sampled_from(["OK", "NS", "read", "P0", "0-3", ""]),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(
+        st.sampled_from(["index", "a", "b", "src", "dst", "capability", "status", "pcie", "nvlinks", "active", "name", "x"]),
+        children,
+        max_size=5,
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.sampled_from(["schema", "error", "devices", "links", "p2p", "driver_version", "cuda_driver_version"]), _JSON, max_size=7))
+def test_random_documents_never_raise(document: dict) -> None:
+    nvml_readings.parse(Section(json.dumps(document), 1), "fuzz.json")
