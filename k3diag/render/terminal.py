@@ -22,6 +22,8 @@ SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan"}
 SEVERITY_LABEL = {"fail": "FAIL", "warn": "WARN", "info": "INFO"}
 VERDICT_STYLE = {"good": "bold green", "usable": "bold yellow", "poor": "bold red", "none": "bold red"}
 MAX_EVIDENCE_LINES = 4
+# From this many findings of one id under one heading, they are shown as one block.
+COLLAPSE_AT = 3
 
 
 def make_console(file=None) -> "Console":
@@ -274,9 +276,42 @@ def _render_findings(findings: list["Finding"], console: "Console") -> None:
         groups.setdefault(subject, []).append(finding)
     for subject in sorted(groups, key=_subject_order):
         console.print(Text(f"{subject}:", style="bold"))
+        same_id: dict[str, list["Finding"]] = {}
         for finding in groups[subject]:
-            _render_finding(finding, by_key, console, depth=1, seen=set())
+            same_id.setdefault(finding.id, []).append(finding)
+        for finding_id, members in same_id.items():
+            if len(members) >= COLLAPSE_AT:
+                _render_collapsed(members, by_key, console)
+                continue
+            for finding in members:
+                _render_finding(finding, by_key, console, depth=1, seen=set())
     console.print()
+
+
+def _render_collapsed(members: list["Finding"], by_key: dict, console: "Console") -> None:
+    """Many findings of one kind (28 SYS pairs on a dual-socket box) read as one, with its subjects listed."""
+    from rich.text import Text
+
+    first = members[0]
+    label = SEVERITY_LABEL.get(first.severity, first.severity.upper())
+    line = Text("  ")
+    line.append(f"[{label}] ", style=SEVERITY_STYLE.get(first.severity, ""))
+    line.append(f"{len(members)} x {first.title}")
+    line.append(f"  ({first.id})", style="dim")
+    console.print(line)
+    subjects = ", ".join("-".join(f.subjects) for f in members)
+    console.print(Text(f"      subjects: {subjects}"))
+    console.print(Text(f"      For example: {first.explanation}"))
+    for ref in first.evidence[:2]:
+        console.print(Text(f"      > {ref.cite()}", style="dim"))
+    if first.remedy:
+        console.print(Text(f"      Fix: {first.remedy}", style="green"))
+    causes = sorted({cause for f in members for cause in f.causes})
+    for cause_key in causes[:MAX_EVIDENCE_LINES]:
+        cause = by_key.get(cause_key)
+        if cause is not None:
+            console.print(Text("      because:", style="italic"))
+            _render_finding(cause, by_key, console, depth=4, seen={f.key for f in members})
 
 
 def _subject_group(subjects: list[str]) -> str:
