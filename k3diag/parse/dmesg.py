@@ -1,0 +1,182 @@
+"""Kernel log (`dmesg`, `dmesg -T`, `journalctl -k`): PCIe AER errors, NVIDIA Xids, IOMMU setup.
+
+Reads the lines that matter and ignores the rest: `NVRM: Xid (PCI:0000:02:00): 79, ...`,
+the multi-line "has fallen off the bus" of newer drivers (no Xid number), AER reports
+(`pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=...` and the
+status bits below them), `iommu: Default domain type: Translated`, `DMAR: IOMMU enabled`,
+AMD-Vi lines and the `Kernel command line:`. Lines may carry a `[ 12.345]` timestamp, a
+`dmesg -T` date, a journal prefix, or nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from k3diag.model.pci import DmesgEvent
+from k3diag.model.source import SourceRef
+from k3diag.parse.ids import normalize_bdf
+from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
+
+FORMAT = "dmesg"
+
+_PREFIX_RE = re.compile(
+    r"^(?:<\d+>)?"
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )?"  # journalctl: `Sep 19 16:18:04 host kernel: `
+    r"(?:\[\s*(?P<ts>\d+\.\d+)\]\s?|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4}\]\s?)?"
+)
+_BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<code>\d+),\s*(?P<msg>.*)$")
+_FALLEN_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<bdf>" + _BDF + r")")
+_GPU_AT_RE = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+_AER_ERROR_RE = re.compile(
+    r"(?P<driver>\S+) (?P<bdf>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+),\s*type=(?P<type>[^,]+)"
+)
+_AER_BIT_RE = re.compile(r"(?P<bdf>" + _BDF + r"):\s+\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")
+_DOMAIN_RE = re.compile(r"iommu: Default domain type: (?P<type>Translated|Passthrough)", re.I)
+_CMDLINE_RE = re.compile(r"(?:Kernel )?[Cc]ommand line: (?P<cmdline>.*)$")
+
+
+@dataclass
+class DmesgResult:
+    events: list[DmesgEvent] = field(default_factory=list)
+    default_domain: str | None = None  # "translated" | "passthrough" from `iommu: Default domain type`
+    iommu_enabled: bool | None = None  # DMAR/AMD-Vi said it is on
+    iommu_lines: list[SourceRef] = field(default_factory=list)
+    cmdline: str | None = None
+    cmdline_source: SourceRef | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def sniff(text: str) -> float:
+    lines = [line for line in text.split("\n")[:3000] if line.strip()]
+    if not lines:
+        return 0.0
+    stamped = 0
+    wrapped = 0  # continuation lines of a command line a terminal wrapped
+    in_cmdline = False
+    for line in lines:
+        if re.match(r"^(?:<\d+>)?\[\s*\d+\.\d+\]", line) or re.match(
+                r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: ", line):
+            stamped += 1
+            in_cmdline = "ommand line:" in line
+        elif in_cmdline:
+            wrapped += 1
+    known = sum(1 for line in lines if re.search(r"NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport ", line))
+    if stamped >= 2 and stamped * 2 >= len(lines):
+        return 0.85
+    if stamped >= 2 and (stamped + wrapped) * 10 >= len(lines) * 7:
+        return 0.7
+    if known and known * 2 >= len(lines):
+        return 0.7
+    return 0.0
+
+
+def parse(section: Section, input_name: str) -> DmesgResult:
+    result = DmesgResult()
+    lines = normalize(section.text).split("\n")
+    last_aer: DmesgEvent | None = None
+    pending_fallen: tuple[str, SourceRef] | None = None  # (bdf, line) of `NVRM: The NVIDIA GPU <bdf>`
+    gpu_at: str | None = None
+    cmdline_open = False
+    for index, raw in enumerate(lines):
+        line_no = section.first_line + index
+        if len(raw) > MAX_LINE_CHARS or not raw.strip():
+            cmdline_open = False
+            continue
+        prefix = _PREFIX_RE.match(raw)
+        body = raw[prefix.end():] if prefix else raw
+        has_stamp = bool(prefix and prefix.end() > 0)
+        timestamp = float(prefix.group("ts")) if prefix and prefix.group("ts") else None
+        ref = SourceRef(input_name, line_no, raw.rstrip())
+        # A terminal wraps a long command line mid-word: continuation lines carry no timestamp.
+        if cmdline_open and not has_stamp and prompt_command(raw) is None and not raw.startswith("["):
+            result.cmdline = (result.cmdline or "") + raw.rstrip("\n")
+            continue
+        cmdline_open = False
+        try:
+            last_aer, pending_fallen, gpu_at, cmdline_open = _line(
+                body, ref, timestamp, result, last_aer, pending_fallen, gpu_at)
+        except Exception as exc:  # one odd line must not cost the log
+            result.warnings.append(f"line {line_no}: could not be read ({type(exc).__name__}: {exc})")
+    return result
+
+
+def _line(body, ref, timestamp, result, last_aer, pending_fallen, gpu_at):
+    stripped = body.strip()
+    cmdline = _CMDLINE_RE.search(stripped)
+    if cmdline and "command line:" in stripped[:40].lower():
+        # The first `Command line:` and the later `Kernel command line:` repeat each other.
+        if result.cmdline is None or stripped.startswith("Kernel command line:"):
+            result.cmdline = cmdline.group("cmdline").strip()
+            result.cmdline_source = ref
+            return last_aer, pending_fallen, gpu_at, True
+        return last_aer, pending_fallen, gpu_at, False
+    xid = _XID_RE.search(stripped)
+    if xid:
+        bdf = _xid_bdf(xid.group("bus"))
+        result.events.append(DmesgEvent(kind="xid", bdf=bdf, source=ref, code=int(xid.group("code")),
+                                        error_type=xid.group("msg").strip().rstrip(".") or None, timestamp=timestamp))
+        return None, pending_fallen, gpu_at, False
+    at = _GPU_AT_RE.search(stripped)
+    if at:
+        gpu_at = _xid_bdf(at.group("bus"))
+    fallen = _FALLEN_GPU_RE.search(stripped)
+    if fallen:
+        pending_fallen = (normalize_bdf(fallen.group("bdf")), ref)
+        if "fallen off the bus" not in stripped:
+            return last_aer, pending_fallen, gpu_at, False
+    if "fallen off the bus" in stripped and "Xid" not in stripped:
+        bdf = pending_fallen[0] if pending_fallen else gpu_at
+        origin = pending_fallen[1] if pending_fallen else ref
+        if not any(e.kind in ("xid", "fallen-off-bus") and e.bdf == bdf and e.code in (79, None)
+                   for e in result.events[-3:]):
+            result.events.append(DmesgEvent(kind="fallen-off-bus", bdf=bdf, source=origin, code=None,
+                                            error_type="GPU has fallen off the bus", timestamp=timestamp))
+        return last_aer, None, gpu_at, False
+    aer = _AER_ERROR_RE.search(stripped)
+    if aer:
+        event = DmesgEvent(kind="aer", bdf=normalize_bdf(aer.group("bdf")), source=ref,
+                           severity=_severity(aer.group("sev")), error_type=aer.group("type").strip(),
+                           timestamp=timestamp)
+        result.events.append(event)
+        return event, pending_fallen, gpu_at, False
+    bit = _AER_BIT_RE.search(stripped)
+    if bit and last_aer is not None and normalize_bdf(bit.group("bdf")) == last_aer.bdf:
+        name = bit.group("name").strip()
+        if name and name not in last_aer.details:
+            last_aer.details.append(name)
+        return last_aer, pending_fallen, gpu_at, False
+    domain = _DOMAIN_RE.search(stripped)
+    if domain:
+        result.default_domain = domain.group("type").lower()
+        result.iommu_lines.append(ref)
+        return last_aer, pending_fallen, gpu_at, False
+    if re.search(r"DMAR: IOMMU enabled|AMD-Vi: (?:Found IOMMU|IOMMU performance counters|Interrupt remapping enabled)"
+                 r"|Intel\(R\) Virtualization Technology for Directed I/O", stripped):
+        result.iommu_enabled = True
+        result.iommu_lines.append(ref)
+    elif re.search(r"DMAR: (?:IOMMU disabled|Intel-IOMMU force enabled due to)|AMD-Vi: .*disabled", stripped, re.I):
+        if "disabled" in stripped.lower():
+            result.iommu_enabled = False
+        result.iommu_lines.append(ref)
+    return last_aer, pending_fallen, gpu_at, False
+
+
+def _xid_bdf(bus: str) -> str | None:
+    """`0000:02:00` (an Xid names the GPU without its function) -> `0000:02:00.0`."""
+    text = bus.strip().rstrip(".")
+    if re.fullmatch(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}", text):
+        return normalize_bdf(text + ".0")
+    if re.fullmatch(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]", text):
+        return normalize_bdf(text)
+    return None
+
+
+def _severity(text: str) -> str:
+    lowered = text.lower()
+    if "fatal" in lowered and "non" not in lowered:
+        return "uncorrected-fatal"
+    if "uncorrect" in lowered:
+        return "uncorrected-nonfatal"
+    return "corrected"
