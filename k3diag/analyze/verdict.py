@@ -50,25 +50,61 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
         if _good_path(recommendation.worst_link[size]):
             best_tp = size
     p2p_broken = any(f.id in ("p2p-not-supported", "nccl-same-host-pair-not-p2p") for f in fails + warns)
+    fix_first = f"; fix the {len(fails)} failure(s) below first" if fails else ""
     if best_tp is not None and best_tp == max(recommendation.worst_link) and not fails and not p2p_broken:
         worst = recommendation.worst_link[best_tp]
         return Verdict("good", f"Good for tensor parallelism up to TP{best_tp} (slowest link inside a group: {worst}) ({tally}).", best_tp)
     if best_tp is not None:
-        groups = recommendation.groups.get(best_tp)
-        beyond = max(recommendation.worst_link)
+        groups = _fmt_groups(recommendation.groups.get(best_tp) or [])
+        larger = [size for size in sorted(recommendation.worst_link) if size > best_tp]
+        beyond = (f"; TP{larger[0]} would cross {recommendation.worst_link[larger[0]]} links and be paced by them"
+                  if larger else "")
+        return Verdict("usable", f"Serve with TP{best_tp} groups {groups}{beyond}{fix_first} ({tally}).", best_tp)
+    # No size gives good links in every group: say which groups are good, if any.
+    smallest = min(recommendation.worst_link)
+    group_worst = (getattr(recommendation, "group_worst", {}) or {}).get(smallest) or []
+    groups = recommendation.groups.get(smallest) or []
+    good_groups = [group for group, worst in zip(groups, group_worst) if _good_path(worst)]
+    if good_groups:
+        others = [group for group in groups if group not in good_groups]
         return Verdict(
             "usable",
-            f"Serve with TP{best_tp} groups {groups} (near pairs); TP{beyond} would cross "
-            f"{recommendation.worst_link[beyond]} links and be slowed by them ({tally}).",
-            best_tp,
+            f"Only part of this host pairs well: TP{smallest} on {_fmt_groups(good_groups)} has good links, while "
+            f"{_fmt_groups(others)} cross {recommendation.worst_link[smallest]}; serve those as replicas or accept "
+            f"slower all-reduces{fix_first} ({tally}).",
+            smallest,
         )
-    smallest = min(recommendation.worst_link)
+    good_pairs = _good_gpu_pairs(machine)
+    if good_pairs:
+        pairs = " ".join("{" + f"{a},{b}" + "}" for a, b in good_pairs[:4])
+        return Verdict(
+            "usable",
+            f"Only some GPU pairs are well connected ({pairs}); any partition of all GPUs into TP{smallest} groups "
+            f"has a group across {recommendation.worst_link[smallest]}: run TP{smallest} on the good pairs and "
+            f"replicas on the rest{fix_first} ({tally}).",
+            smallest,
+        )
     return Verdict(
         "poor",
         f"Tensor parallelism will be slow here: even TP{smallest} groups cross {recommendation.worst_link[smallest]} "
-        f"links; prefer replicas (DP) or pipeline parallelism ({tally}).",
+        f"links; prefer replicas (DP) or pipeline parallelism{fix_first} ({tally}).",
         None,
     )
+
+
+def _good_gpu_pairs(machine: Machine) -> list[tuple[int, int]]:
+    from k3diag.model.topology import gpu_index
+
+    pairs = []
+    for link in machine.links:
+        a, b = gpu_index(link.a), gpu_index(link.b)
+        if a is not None and b is not None and _good_path(link.path):
+            pairs.append((min(a, b), max(a, b)))
+    return sorted(set(pairs))
+
+
+def _fmt_groups(groups: list[list[int]]) -> str:
+    return " ".join("{" + ",".join(str(i) for i in group) + "}" for group in groups)
 
 
 def exit_code_for(machine: Machine, findings: list[Finding], fail_on: str = "warn") -> int:

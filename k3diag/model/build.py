@@ -25,7 +25,32 @@ def build_machine(evidence: Iterable[Evidence], machine: Machine | None = None) 
     machine = machine or Machine()
     for item in evidence:
         ingest(item, machine)
+    fill_derived_links(machine)
     return machine
+
+
+def fill_derived_links(machine: Machine) -> None:
+    """GPU pairs no tool reported get the path class the PCIe tree implies (origin `pcie-tree`).
+
+    AMD hosts and sysfs-only evidence have no `topo -m`; without this the matrix and the
+    planner would know nothing about those pairs. Pairs a tool did report keep only the
+    tool's reading: the PCIe layer's `topology-path-mismatch` rule compares the two.
+    """
+    if not machine.pci or len(machine.gpus) < 2:
+        return
+    try:
+        from k3diag.model.pcie_tree import derived_links
+    except ModuleNotFoundError:
+        return
+    try:
+        derived = derived_links(machine)
+    except Exception as exc:  # the tree is a convenience here; never lose the report over it
+        machine.note("pcie-tree", f"the PCIe tree could not be derived ({type(exc).__name__}: {exc})")
+        return
+    reported = {link.key() for link in machine.links if link.path is not None}
+    for link in derived:
+        if link.key() not in reported:
+            machine.add_link(link)
 
 
 def ingest(item: Evidence, machine: Machine) -> None:

@@ -44,6 +44,8 @@ def build_report(
             "p2p": [status.to_json() for status in machine.p2p],
         },
         "pci": [device.to_json() for device in machine.pci],
+        "pcie_paths": _pcie_paths(machine),
+        "platform": _platform(machine),
         "nccl": runs[0].to_json() if runs else None,
         "nccl_runs": [run.to_json() for run in runs],
         "benchmarks": [bench.to_json() for bench in machine.benchmarks],
@@ -62,3 +64,19 @@ def _default(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
+
+
+def _pcie_paths(machine: Machine) -> list[dict]:
+    if not machine.pci:
+        return []
+    try:
+        from k3diag.model.pcie_tree import describe_gpu_paths
+
+        return describe_gpu_paths(machine)
+    except Exception:  # the terminal report says why; JSON just leaves it empty
+        return []
+
+
+def _platform(machine: Machine) -> dict | None:
+    platform = machine.extras.get("platform")
+    return platform.to_json() if hasattr(platform, "to_json") else None
