@@ -13,7 +13,7 @@ from typing import Iterable
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
-from k3diag.model.topology import Gpu, Link, P2PStatus, gpu_index, nvlink_count
+from k3diag.model.topology import Gpu, Link, P2PStatus, endpoint_sort_key, gpu_index, nvlink_count
 
 CROSS_SOCKET_PATHS = ("SYS", "SOC")
 HOST_BRIDGE_PATHS = ("PHB", "NODE")
@@ -278,4 +278,76 @@ RULES = (
     Rule("p2p-not-supported", "warn", "P2P refused between GPUs", check_p2p_not_supported),
     Rule("pcie-width-below-max", "fail", "GPU PCIe link narrower than it can be", check_pcie_width),
     Rule("pcie-gen-below-max", "info", "GPU PCIe link slower than it can be", check_pcie_gen),
+)
+
+
+def check_nvlink_uneven(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    """One GPU with fewer NVLinks than its peers: a link is down (NVSwitch boxes show NV17 for NV18)."""
+    counts: dict[tuple[str, str], tuple[int, Link]] = {}
+    for a, b, link in _gpu_pairs(machine):
+        links = link.nvlinks
+        if links is not None:
+            counts[(a, b)] = (links, link)
+    if len(counts) < 2:
+        return
+    typical = max(set(n for n, _ in counts.values()), key=lambda n: sum(1 for m, _ in counts.values() if m == n))
+    low = {pair: (n, link) for pair, (n, link) in counts.items() if n < typical}
+    # On boxes where NVLink only bridges pairs (NV4 between two cards, nothing else) counts
+    # legitimately differ; only a minority of short pairs in an otherwise uniform box is a fault.
+    if not low or len(low) * 2 > len(counts):
+        return
+    by_gpu: dict[str, int] = {}
+    for a, b in low:
+        by_gpu[a] = by_gpu.get(a, 0) + 1
+        by_gpu[b] = by_gpu.get(b, 0) + 1
+    suspects = sorted((g for g, n in by_gpu.items() if n == max(by_gpu.values())), key=endpoint_sort_key)
+    if len(suspects) == 1 and all(suspects[0] in pair for pair in low):
+        gpu = suspects[0]
+        peers = sorted((b if a == gpu else a for a, b in low), key=endpoint_sort_key)
+        counts_seen = sorted({n for n, _ in low.values()})
+        yield Finding(
+            id="nvlink-count-low",
+            severity="warn",
+            subjects=[gpu],
+            title=f"{gpu} has fewer NVLinks than its peers (NV{'/NV'.join(map(str, counts_seen))} instead of NV{typical})",
+            explanation=(
+                f"Every low pair involves {gpu} ({', '.join(peers)}), while the other pairs have NV{typical}: "
+                f"at least one of {gpu}'s NVLinks is down or degraded. All-reduce bandwidth through {gpu} drops by "
+                "the missing links' share, and any tensor-parallel group containing it runs at that pace."
+            ),
+            evidence=[link.source for _, link in list(low.values())[:3] if link.source is not None],
+            confirm_with=f"nvidia-smi nvlink --status -i {gpu_index_of(gpu)}; nvidia-smi nvlink -e -i {gpu_index_of(gpu)}",
+            remedy=("Look for inactive links in `nvidia-smi nvlink --status` and rising error counters in "
+                    "`nvidia-smi nvlink -e`; reset the GPU (`nvidia-smi -r`) or restart the fabric manager, and open a "
+                    "hardware ticket if the link stays down. Until then keep that GPU out of the largest TP group."),
+            data={"nvlinks": counts_seen, "typical": typical, "peers": peers},
+        )
+        return
+    for pair, (n, link) in sorted(low.items(), key=lambda item: (endpoint_sort_key(item[0][0]), endpoint_sort_key(item[0][1]))):
+        yield Finding(
+            id="nvlink-count-low",
+            severity="warn",
+            subjects=list(pair),
+            title=f"{pair[0]} and {pair[1]} have NV{n} where the other pairs have NV{typical}",
+            explanation=(
+                f"{pair[0]}-{pair[1]} is joined by {n} NVLinks while most GPU pairs on this host have {typical}: "
+                f"at least one NVLink is down or degraded (the GPU most often involved: {', '.join(suspects)}). "
+                "All-reduce bandwidth through that GPU drops by the missing links' share, and a tensor-parallel "
+                "group containing it runs at that pace."
+            ),
+            evidence=[link.source] if link.source is not None else [],
+            confirm_with=f"nvidia-smi nvlink --status -i {gpu_index_of(suspects[0])}; nvidia-smi nvlink -e -i {gpu_index_of(suspects[0])}",
+            remedy=("Check `nvidia-smi nvlink --status` for inactive links and `nvidia-smi nvlink -e` for error counters; "
+                    "reset the GPU (`nvidia-smi -r`) or the fabric manager, and open a hardware ticket if the link stays down. "
+                    "Until then keep that GPU out of the largest TP group."),
+            data={"nvlinks": n, "typical": typical, "suspects": suspects},
+        )
+
+
+def gpu_index_of(name: str) -> str:
+    return name[3:] if name.startswith("GPU") else name
+
+
+RULES = RULES + (
+    Rule("nvlink-count-low", "warn", "Fewer NVLinks on one GPU pair than on the others", check_nvlink_uneven),
 )
