@@ -1,0 +1,65 @@
+"""`k3diag audit BUNDLE`: answer the buyer's checklist from a vendor's bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("audit")
+    def audit(
+        bundle: Path = typer.Argument(..., help="The bundle the vendor sent (.tar.gz or folder from `k3diag collect`)."),
+        model: Optional[str] = typer.Option(None, "--model", help="Target model for the layout questions, e.g. k3."),
+        html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
+        md: Optional[Path] = typer.Option(None, "--md", help="Also write a Markdown report here."),
+        as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON (schema k3diag.audit/1)."),
+        expect: Optional[Path] = typer.Option(None, "--expect", help="Purchase spec (TOML) to check the machine against."),
+        brief: bool = typer.Option(False, "--brief", help="Only the verdict table, without details and evidence."),
+    ) -> None:
+        """Answer the procurement checklist question by question: PASS, WARN, FAIL or UNKNOWN, with evidence.
+
+        Exit codes: 0 every answer passes, 1 warnings or unanswered questions, 2 failures,
+        3 nothing in the bundle could be analyzed (or the bundle was refused).
+        """
+        import json
+        import sys
+
+        from k3diag.audit.checklist import audit_bundle
+        from k3diag.audit.spec import SpecError
+        from k3diag.bundle import BundleError
+
+        try:
+            report = audit_bundle(bundle, model=model, spec_path=expect)
+        except BundleError as exc:
+            typer.echo(f"k3diag audit: {exc}", err=True)
+            raise typer.Exit(3) from None
+        except SpecError as exc:
+            typer.echo(f"k3diag audit: {exc}", err=True)
+            raise typer.Exit(2) from None
+        written: list[str] = []
+        try:
+            if html is not None:
+                from k3diag.audit.html import render_html
+
+                html.write_text(render_html(report), encoding="utf-8")
+                written.append(str(html))
+            if md is not None:
+                from k3diag.audit.markdown import render_markdown
+
+                md.write_text(render_markdown(report), encoding="utf-8")
+                written.append(str(md))
+        except OSError as exc:
+            typer.echo(f"k3diag audit: could not write the report ({exc.strerror or exc}); check the path", err=True)
+            raise typer.Exit(2) from None
+        if as_json:
+            sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False, default=str) + "\n")
+        else:
+            from k3diag.audit.terminal import render_terminal
+
+            render_terminal(report, sys.stdout, verbose=not brief)
+        for path in written:
+            typer.echo(f"wrote {path}", err=True)
+        raise typer.Exit(report.exit_code)

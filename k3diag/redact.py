@@ -1,0 +1,380 @@
+"""Replacing what identifies a machine or a site with consistent pseudonyms, before a bundle leaves.
+
+A vendor sending a bundle to a buyer should not have to send serial numbers, GPU UUIDs,
+MAC/IP addresses or host names. Each distinct value gets one pseudonym used everywhere
+(text evidence, stderr, commands, names, the manifest), so the evidence still joins up:
+the same GPU UUID in `nvidia-smi -q` and in the NVML readings stays the same pseudonym.
+
+PCI bus ids are never touched: they carry the topology the audit is about, and they say
+nothing about who owns the machine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from k3diag.evidence import Evidence
+
+KINDS = ("serial", "gpu_uuid", "uuid", "mac", "guid", "ipv4", "ipv6", "hostname")
+
+# `Serial Number : 1652320000000` (nvidia-smi -q, dmidecode, rocm-smi), `"serial": "..."` (JSON
+# readings), `Device Serial Number 98-03-9b-ff-ff-8a-bc-de` (lspci -vv), `SERIAL_NUMBER: ...` (amd-smi).
+_SERIAL_RE = re.compile(
+    r"""(?ix)
+    (?P<key>\b(?:device[ ]|board[ ]|product[ ]|chassis[ ]|system[ ]|gpu[ ]|module[ ])?serial(?:[ _-]?(?:number|no|num))?["']?)
+    (?P<sep>\s*[:=]\s*["']?|[ ](?=[0-9a-f]{2}-))
+    (?P<value>[^\s"',}\]][^"',}\]\n]*?)
+    (?=\s*["',}\]]|\s*$)
+    """,
+    re.MULTILINE,
+)
+_SERIAL_PLACEHOLDERS = {
+    "n/a", "[n/a]", "na", "none", "null", "0", "not specified", "not available", "unknown", "to be filled by o.e.m.",
+    "default string", "[not supported]", "not supported", "0000000000000", "",
+}
+_GPU_UUID_RE = re.compile(
+    r"\b(?P<prefix>GPU|MIG|GPU-I|CI)-(?P<hex>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\b"
+)
+# A UUID field whose value is not a well-formed UUID (pasted half-masked: `GPU-4965xxxx-79e3-...`).
+_UUID_FIELD_RE = re.compile(r"""(?im)(?P<key>\b(?:GPU[ _]?)?UUID["']?\s*[:=]\s*["']?)(?P<value>[^\s"',}\]]+)""")
+_UUID_RE = re.compile(r"(?<![0-9A-Za-z-])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9A-Za-z-])")
+# 6-byte Ethernet and 20-byte IPoIB hardware addresses, `:` or `-` separated.
+_MAC_RE = re.compile(
+    r"(?<![0-9A-Fa-f:-])(?:[0-9A-Fa-f]{2}([:-]))(?:[0-9A-Fa-f]{2}\1){4}[0-9A-Fa-f]{2}"
+    r"(?:(?:\1[0-9A-Fa-f]{2}){14})?(?![0-9A-Fa-f:-])"
+)
+# InfiniBand node/port/system GUIDs (`Node GUID: 0x506b4b0300c9e5b0`, ibstat, ibv_devinfo `node_guid`).
+_GUID_RE = re.compile(r"(?i)(?P<key>guid[\"']?\s*[:=]?\s*[\"']?)(?P<value>(?:0x)?[0-9a-f]{16}|(?:[0-9a-f]{4}:){3}[0-9a-f]{4})\b")
+_IPV4_RE = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+# A run of hex digits and colons with at least two colons; `ifname:addr` (NCCL's `ib0:fe80::1`)
+# glues a name on the front, so validation also tries the run without its first field.
+_IPV6_RE = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]*(?::[0-9A-Fa-f]*){2,}(?:%[\w-]+)?(?![\w.:])")
+# NCCL's line prefix `host:pid:tid [dev] NCCL`, possibly behind mpirun's `[1,0]<stdout>:` or torchrun's `[rank0]:`.
+_NCCL_HOST_RE = re.compile(
+    r"^(?:\[\d+,\d+\]<\w+>:\s*)?(?:\[rank\d+\]:\s*)?(?:\S+\s+)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*):\d+:\d+\s+\[\d+\]\s+(?:NCCL|RCCL)\b",
+    re.MULTILINE,
+)
+# Host names stated as such: `"hostname": "gpu07"`, `Hostname: gpu07`, `Nodename = gpu07`.
+_HOSTNAME_FIELD_RE = re.compile(
+    r"""(?i)\b(?:hostname|host[ _]name|node[ _]?name)["']?\s*[:=]\s*["']?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)"""
+)
+# Names that are not secrets and too common to replace everywhere without breaking the text.
+_HOSTNAME_STOPLIST = {"localhost", "localhost.localdomain", "none", "null", "unknown", "n/a", "gpu", "node", "host"}
+_MIN_HOSTNAME_LEN = 2  # "vm", "n1": short names are still names; the stop list guards common words
+
+
+@dataclass
+class RedactionReport:
+    """What was replaced, as counts: never the values themselves."""
+
+    replaced: dict[str, int] = field(default_factory=lambda: {kind: 0 for kind in KINDS})
+    distinct: dict[str, int] = field(default_factory=lambda: {kind: 0 for kind in KINDS})
+    unscanned: list[str] = field(default_factory=list)  # binary evidence that could not be searched
+
+    @property
+    def total(self) -> int:
+        return sum(self.replaced.values())
+
+    def summary(self) -> str:
+        parts = [f"{self.distinct[k]} {_KIND_WORDS[k]} ({self.replaced[k]} places)" for k in KINDS if self.replaced[k]]
+        text = "redacted " + (", ".join(parts) if parts else "nothing (no identifiers found)")
+        if self.unscanned:
+            text += f"; {len(self.unscanned)} binary item(s) could not be searched and were left out"
+        return text
+
+    def to_json(self) -> dict:
+        return {"replaced": dict(self.replaced), "distinct": dict(self.distinct), "unscanned": list(self.unscanned)}
+
+
+_KIND_WORDS = {
+    "serial": "serial numbers",
+    "gpu_uuid": "GPU UUIDs",
+    "uuid": "other UUIDs",
+    "mac": "MAC addresses",
+    "guid": "InfiniBand GUIDs",
+    "ipv4": "IPv4 addresses",
+    "ipv6": "IPv6 addresses",
+    "hostname": "host names",
+}
+
+
+class Redactor:
+    """Holds the pseudonym tables so one value gets one pseudonym across a whole bundle."""
+
+    def __init__(self, hostnames: set[str] | None = None) -> None:
+        self.report = RedactionReport()
+        self._tables: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+        self._hosts: list[str] = []
+        self._host_re: re.Pattern[str] | None = None
+        self._issued: set[str] = set()
+        for name in sorted(hostnames or ()):
+            self.add_hostname(name)
+
+    # -- host names -------------------------------------------------------------------
+    def add_hostname(self, name: str) -> None:
+        name = name.strip().rstrip(".")
+        if len(name) < _MIN_HOSTNAME_LEN or name.lower() in _HOSTNAME_STOPLIST or _is_ip(name):
+            return
+        if name.isdigit() or name in self._issued:
+            return
+        candidates = [name]
+        short = name.split(".", 1)[0]
+        if short != name and len(short) >= _MIN_HOSTNAME_LEN and short.lower() not in _HOSTNAME_STOPLIST \
+                and not short.isdigit():
+            candidates.append(short)
+        pseudonym = None
+        for candidate in candidates:
+            if candidate in self._tables["hostname"]:
+                pseudonym = self._tables["hostname"][candidate]
+        pseudonym = pseudonym or f"host-{len(set(self._tables['hostname'].values())) + 1}"
+        changed = False
+        for candidate in candidates:
+            if candidate not in self._tables["hostname"]:
+                self._tables["hostname"][candidate] = pseudonym
+                self._hosts.append(candidate)
+                changed = True
+        self._issued.add(pseudonym)
+        if changed:
+            # Longest first so `gpu07.lab.example` is replaced whole before `gpu07`.
+            ordered = sorted(self._hosts, key=len, reverse=True)
+            # Bounded by letters and digits only: `smi-gpu07.txt` and `gpu07_log` name the host too.
+            self._host_re = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(re.escape(h) for h in ordered) + r")(?![A-Za-z0-9])")
+            self.report.distinct["hostname"] = len(set(self._tables["hostname"].values()))
+
+    def learn_hostnames(self, text: str) -> None:
+        for match in _NCCL_HOST_RE.finditer(text):
+            self.add_hostname(match.group("host"))
+        for match in _HOSTNAME_FIELD_RE.finditer(text):
+            self.add_hostname(match.group("host"))
+
+    # -- pseudonyms -------------------------------------------------------------------
+    def _pseudonym(self, kind: str, original: str, make: Callable[[int], str]) -> str:
+        table = self._tables[kind]
+        key = original.lower() if kind in ("mac", "gpu_uuid", "uuid", "guid", "ipv6") else original
+        if original in self._issued:  # a pseudonym seen a second time (text redacted twice)
+            return original
+        if key not in table:
+            table[key] = make(len(table) + 1)
+            self._issued.add(table[key])
+            self.report.distinct[kind] = len(table)
+        self.report.replaced[kind] += 1
+        return table[key]
+
+    def originals(self) -> dict[str, list[str]]:
+        """Every value replaced, by kind (for tests that prove none survives)."""
+        return {kind: sorted(table) for kind, table in self._tables.items()}
+
+    # -- text -------------------------------------------------------------------------
+    def text(self, text: str) -> str:
+        if not text:
+            return text
+        text = _SERIAL_RE.sub(self._serial, text)
+        text = _GPU_UUID_RE.sub(self._gpu_uuid, text)
+        text = _UUID_RE.sub(lambda m: self._pseudonym("uuid", m.group(0), _uuid_pseudonym), text)
+        text = _UUID_FIELD_RE.sub(self._uuid_field, text)
+        text = _GUID_RE.sub(self._guid, text)
+        text = _MAC_RE.sub(self._mac, text)
+        text = _IPV6_RE.sub(self._ipv6, text)
+        text = _IPV4_RE.sub(self._ipv4, text)
+        if self._host_re is not None:
+            text = self._host_re.sub(
+                lambda m: self._pseudonym("hostname", m.group(0), lambda n: "host-0"), text)
+        return text
+
+    def _serial(self, match: re.Match[str]) -> str:
+        value = match.group("value").strip()
+        if value.lower() in _SERIAL_PLACEHOLDERS or value.startswith("SERIAL-REDACTED-"):
+            return match.group(0)
+        pseudonym = self._pseudonym("serial", value, lambda n: f"SERIAL-REDACTED-{n:04d}")
+        return match.group("key") + match.group("sep") + pseudonym
+
+    def _gpu_uuid(self, match: re.Match[str]) -> str:
+        prefix = match.group("prefix")
+        return self._pseudonym("gpu_uuid", match.group(0), lambda n: f"{prefix}-REDACTED-{n:04d}")
+
+    def _uuid_field(self, match: re.Match[str]) -> str:
+        value = match.group("value")
+        if value in self._issued or value.lower() in _SERIAL_PLACEHOLDERS:
+            return match.group(0)
+        prefix = "GPU" if value.upper().startswith("GPU-") else "UUID"
+        return match.group("key") + self._pseudonym("gpu_uuid", value, lambda n: f"{prefix}-REDACTED-{n:04d}")
+
+    def _guid(self, match: re.Match[str]) -> str:
+        value = match.group("value")
+        if int(value.replace(":", "").removeprefix("0x").removeprefix("0X"), 16) == 0:
+            return match.group(0)
+        colon = ":" in value
+        pseudonym = self._pseudonym(
+            "guid", value,
+            lambda n: (f"0200:0000:0000:{n:04x}" if colon else f"0x02000000{n:08x}"),
+        )
+        return match.group("key") + pseudonym
+
+    def _mac(self, match: re.Match[str]) -> str:
+        value = match.group(0)
+        sep = match.group(1)
+        octets = value.replace(sep, "")
+        if set(octets) <= {"0"} or octets.lower() == "f" * len(octets):
+            return value  # all-zero or broadcast: not an identity
+        count = len(octets) // 2
+
+        def make(n: int) -> str:
+            body = [0x02] + [0] * (count - 1)
+            for i in range(4):
+                body[-1 - i] = (n >> (8 * i)) & 0xFF
+            return sep.join(f"{b:02x}" for b in body)
+
+        return self._pseudonym("mac", value, make)
+
+    def _ipv4(self, match: re.Match[str]) -> str:
+        value = match.group(0)
+        try:
+            address = ipaddress.IPv4Address(value)
+        except ValueError:
+            return value  # a version number such as 96.00.89.00 (leading zeros) or 300.1.2.3
+        if address.is_loopback or address.is_unspecified or value in ("255.255.255.255",) or _is_netmask(address):
+            return value
+        return self._pseudonym("ipv4", value, lambda n: f"10.255.{(n >> 8) & 0xFF}.{n & 0xFF}")
+
+    def _ipv6(self, match: re.Match[str]) -> str:
+        value = match.group(0)
+        address_text, _, scope = value.partition("%")
+        lead = ""
+        start = match.start()
+        glued = start > 0 and (match.string[start - 1].isalnum() or match.string[start - 1] == "_")
+        address = None if glued else _ipv6_or_none(address_text)
+        if address is None and ":" in address_text:
+            # `ib0:fe80::1`: the first field belongs to an interface name, not the address.
+            head, _, rest = address_text.partition(":")
+            address = _ipv6_or_none(rest)
+            lead, address_text = head + ":", rest
+        if address is None or address.is_loopback or address.is_unspecified:
+            return value
+        pseudonym = self._pseudonym("ipv6", address_text, lambda n: f"fdff::{n:x}")
+        return lead + pseudonym + (f"%{scope}" if scope else "")
+
+    # -- structures -------------------------------------------------------------------
+    def value(self, obj: Any) -> Any:
+        """Redact every string inside a JSON-like structure (keys too: readings key by UUID)."""
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.value(v) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.value(v) for v in obj)
+        return obj
+
+
+def _ipv6_or_none(text: str) -> ipaddress.IPv6Address | None:
+    if text.count(":") < 2:
+        return None
+    try:
+        return ipaddress.IPv6Address(text)
+    except ValueError:
+        return None
+
+
+def _uuid_pseudonym(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_netmask(address: ipaddress.IPv4Address) -> bool:
+    value = int(address)
+    if value == 0:
+        return False
+    inverted = (~value) & 0xFFFFFFFF
+    return (inverted & (inverted + 1)) == 0 and value >= 0xFF000000
+
+
+def _looks_binary(data: bytes) -> bool:
+    return b"\x00" in data[:65536]
+
+
+def _hostnames_from_manifest(manifest: dict) -> set[str]:
+    names: set[str] = set()
+    host = manifest.get("host")
+    if isinstance(host, str):
+        names.add(host)
+    elif isinstance(host, dict):
+        for key in ("hostname", "fqdn", "name", "nodename"):
+            value = host.get(key)
+            if isinstance(value, str):
+                names.add(value)
+    for key in ("hostname", "fqdn"):
+        value = manifest.get(key)
+        if isinstance(value, str):
+            names.add(value)
+    return names
+
+
+def redact_evidence(
+    evidence: list[Evidence], manifest: dict, extra_hostnames: set[str] | None = None
+) -> tuple[list[Evidence], dict, "RedactionReport"]:
+    """Evidence and manifest with identifiers replaced by consistent pseudonyms, and what was replaced.
+
+    Text is decoded with `surrogateescape` so bytes that are not UTF-8 survive unchanged.
+    Evidence that is binary (NUL bytes) cannot be searched safely, so it is left out and
+    the report names it. The manifest gets a `redaction` entry holding the report.
+    """
+    redactor = Redactor(_hostnames_from_manifest(manifest) | set(extra_hostnames or ()))
+    texts: list[str | None] = []
+    kept: list[Evidence] = []
+    for item in evidence:
+        data = item.data
+        if data is None and item.path is not None:
+            try:
+                data, _ = item.read_bytes()
+            except OSError as exc:
+                data = None
+                item = replace(item, error=item.error or f"could not read {item.path}: {exc.strerror or exc}")
+        if data is not None and _looks_binary(data):
+            redactor.report.unscanned.append(redactor.text(item.name))
+            continue
+        text = data.decode("utf-8", errors="surrogateescape") if data is not None else None
+        if text is not None:
+            redactor.learn_hostnames(text)
+        redactor.learn_hostnames(item.stderr)
+        texts.append(text)
+        kept.append(item)
+    redactor.learn_hostnames(_flatten(manifest))
+
+    out: list[Evidence] = []
+    for item, text in zip(kept, texts):
+        out.append(
+            replace(
+                item,
+                name=redactor.text(item.name),
+                data=redactor.text(text).encode("utf-8", errors="surrogateescape") if text is not None else None,
+                path=None if text is not None else item.path,
+                command=redactor.text(item.command) if item.command else item.command,
+                stderr=redactor.text(item.stderr),
+                error=redactor.text(item.error) if item.error else item.error,
+                meta=redactor.value(dict(item.meta)),
+            )
+        )
+    new_manifest = redactor.value(dict(manifest))
+    new_manifest["redaction"] = redactor.report.to_json()
+    return out, new_manifest, redactor.report
+
+
+def _flatten(obj: Any) -> str:
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, dict):
+        return "\n".join(f"{k}: {_flatten(v)}" if isinstance(v, str) else _flatten(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return "\n".join(_flatten(v) for v in obj)
+    return ""
