@@ -120,7 +120,22 @@ def test_gen_below_max_is_info_when_idle_and_warn_in_p0() -> None:
     assert findings["GPU0"].severity == "warn" and findings["GPU1"].severity == "info"
 
 
-def test_nvswitch_box_has_no_topology_findings() -> None:
+def test_nvswitch_box_with_one_link_down_names_only_that_gpu() -> None:
     machine = build_machine([collect_nvml(FakeNvmlBackend.from_file(FIXTURES / "nvml" / "h100-sxm-8x-nvswitch-gpu3-link-down.json"))])
-    ids = {f.id for f in run_rules(machine) if f.id in {r.id for r in topology.RULES}}
-    assert ids == set()  # NV17/NV18 pairs are not SYS/PHB, P2P is OK, links at x16 Gen5 in P0
+    findings = [f for f in run_rules(machine) if f.id in {r.id for r in topology.RULES}]
+    # NV17/NV18 pairs are not SYS/PHB, P2P is OK, links at x16 Gen5 in P0: only the missing NVLink is reported
+    assert [(f.id, f.subjects) for f in findings] == [("nvlink-count-low", ["GPU3"])]
+    assert findings[0].data["typical"] == 18 and findings[0].data["nvlinks"] == [17]
+    assert findings[0].data["peers"] == ["GPU0", "GPU1", "GPU2", "GPU4", "GPU5", "GPU6", "GPU7"]
+    assert "nvidia-smi nvlink --status -i 3" in findings[0].confirm_with
+
+
+def test_pairwise_nvlink_bridges_are_not_a_fault() -> None:
+    # Two NVLink-bridged pairs (NV4) and PCIe between them: differing counts by design, no finding.
+    text = (
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n"
+        "GPU0\t X \tNV4\tSYS\tSYS\t0-15\nGPU1\tNV4\t X \tSYS\tSYS\t0-15\n"
+        "GPU2\tSYS\tSYS\t X \tNV4\t16-31\nGPU3\tSYS\tSYS\tNV4\t X \t16-31\n"
+    )
+    machine = build_machine([Evidence(name="topo.txt", data=text.encode())])
+    assert not [f for f in run_rules(machine) if f.id == "nvlink-count-low"]

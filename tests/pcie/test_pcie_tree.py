@@ -87,7 +87,9 @@ def test_derived_links_and_path_description() -> None:
     links = {(link.a, link.b): link.path for link in derived_links(machine)}
     assert links == {("GPU0", "GPU1"): "PIX", ("GPU0", "GPU2"): "NODE", ("GPU0", "GPU3"): "SYS",
                      ("GPU1", "GPU2"): "NODE", ("GPU1", "GPU3"): "SYS", ("GPU2", "GPU3"): "SYS"}
-    assert machine.links == []  # derived links are offered, not merged
+    # no tool reported these pairs, so the build step fills them from the tree (origin pcie-tree)
+    assert {(link.a, link.b): link.path for link in machine.links} == links
+    assert {link.origin for link in machine.links} == {"pcie-tree"}
     paths = {entry["gpu"]: entry for entry in describe_gpu_paths(machine)}
     gpu0 = paths["GPU0"]
     assert [step["role"] for step in gpu0["path"]] == ["Root Port", "Upstream Port", "Downstream Port", "Endpoint"]
