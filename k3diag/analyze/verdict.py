@@ -18,6 +18,8 @@ FAIL_ON_CHOICES = ("fail", "warn", "never")
 # Path codes good enough that TP inside a group costs little, and ones that hurt.
 _GOOD_PATHS = {"PIX", "PSB", "PXB", "XGMI"}
 _POOR_PATHS = {"SYS"}
+# Through the host bridge but on one socket: works, PCIe-bound.
+_FAIR_PATHS = {"PHB", "NODE", "PCIE"}
 
 
 @dataclass
@@ -73,6 +75,18 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
             f"{_fmt_groups(others)} cross {recommendation.worst_link[smallest]}; serve those as replicas or accept "
             f"slower all-reduces{fix_first} ({tally}).",
             smallest,
+        )
+    largest_fair = [size for size in sorted(recommendation.worst_link)
+                    if recommendation.worst_link[size] in _FAIR_PATHS]
+    if largest_fair and not p2p_broken:
+        size = largest_fair[-1]
+        worst = recommendation.worst_link[size]
+        return Verdict(
+            "usable",
+            f"Tensor parallelism up to TP{size} works but goes through the CPU's PCIe root complex ({worst}): "
+            f"all-reduces are PCIe-bound, so prefer the smallest TP size the model fits and replicas for the rest"
+            f"{fix_first} ({tally}).",
+            size,
         )
     good_pairs = _good_gpu_pairs(machine)
     if good_pairs:
