@@ -1,6 +1,9 @@
 """What NCCL/RCCL said about a job: ranks, where they ran, which transport each connection used.
 
-Owned by the NCCL work; the core needs only that a run serializes per the report contract.
+One `NcclRun` per communicator (a job's world communicator, a TP subgroup, a second job in the
+same file). The core needs only that a run serializes per the report contract; everything else
+here (rank table, rings, trees, GRAPH lines, NET devices, messages) is extra detail the NCCL
+rules and renderers read.
 """
 
 from __future__ import annotations
@@ -8,6 +11,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
+
+TRANSPORTS = ("P2P", "SHM", "NET")
+
+
+def transport_of(via: str) -> str | None:
+    """The transport family of the text after `via` (P2P, SHM or NET), None when unknown.
+
+    NCCL 2.4-2.6 printed host-memory transfers as `direct shared memory`; later `SHM/direct/direct`,
+    `SHM/CE/...`. Network transports are `NET/<plugin>/<dev>[/GDRDMA]`, plugin names include IB,
+    Socket, IBext, IBext_v8, AWS Libfabric, ...
+    """
+    head = via.lstrip()
+    if head.startswith("P2P/") or head.startswith("P2P "):
+        return "P2P"
+    if head.startswith("SHM") or "shared memory" in head:
+        return "SHM"
+    if head.startswith("NET/") or head.startswith("NET "):
+        return "NET"
+    return None
 
 
 @dataclass
@@ -30,6 +52,204 @@ class NcclConnection:
             "direction": self.direction,
         }
 
+    @property
+    def gdrdma(self) -> bool:
+        return self.transport == "NET" and "GDRDMA" in self.via
+
+    @property
+    def net_name(self) -> str | None:
+        """`IB`, `Socket`, `IBext_v8`... for NET connections."""
+        if self.transport != "NET":
+            return None
+        parts = self.via.split("/")
+        return parts[1] if len(parts) > 1 else None
+
+
+@dataclass
+class NcclRank:
+    """Where one rank of a communicator ran."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    bus_id: str | None = None  # normalized BDF (0000:1b:00.0)
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "pid": self.pid,
+            "cuda_dev": self.cuda_dev,
+            "nvml_dev": self.nvml_dev,
+            "bus_id": self.bus_id,
+        }
+
+
+@dataclass
+class NcclRing:
+    """One channel's ring order (`Channel 00/16 :    0   7   6 ...`, `Ring 00 : 0 1 2 3`)."""
+
+    channel: int
+    order: list[int]
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"channel": self.channel, "order": list(self.order)}
+
+
+@dataclass
+class NcclTree:
+    """One rank's tree neighbours on one channel (`Trees [0] 1/-1/-1->0->-1`)."""
+
+    channel: int
+    rank: int
+    up: int | None
+    down: list[int]
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"channel": self.channel, "rank": self.rank, "up": self.up, "down": list(self.down)}
+
+
+@dataclass
+class NcclGraph:
+    """A GRAPH search result: `Pattern 4, crossNic 0, nChannels 16, bw 40.0/40.0, type NVL/PIX, sameChannels 1`."""
+
+    pattern: int | None
+    cross_nic: int | None
+    n_channels: int | None
+    bw_intra: float | None
+    bw_inter: float | None
+    type_intra: str | None  # NCCL path type: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS NET DIS
+    type_inter: str | None
+    same_channels: int | None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "pattern": self.pattern,
+            "cross_nic": self.cross_nic,
+            "n_channels": self.n_channels,
+            "bw_intra": self.bw_intra,
+            "bw_inter": self.bw_inter,
+            "type_intra": self.type_intra,
+            "type_inter": self.type_inter,
+            "same_channels": self.same_channels,
+        }
+
+
+@dataclass
+class NcclPath:
+    """How NCCL itself classified the path between two topology nodes (GRAPH `printNodePaths`)."""
+
+    src: str  # "GPU/1B000", "GPU/0-1b000", "NET/3"
+    dst: str
+    hops: int | None
+    bw: float | None
+    path_type: str  # LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS NET DIS
+    src_bus_id: str | None = None  # normalized BDF when the node id is a GPU bus id
+    dst_bus_id: str | None = None
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "hops": self.hops,
+            "bw": self.bw,
+            "type": self.path_type,
+            "src_bus_id": self.src_bus_id,
+            "dst_bus_id": self.dst_bus_id,
+            "host": self.host,
+        }
+
+
+@dataclass
+class NcclP2PDisabled:
+    """`P2P is disabled between [NVLINK ]connected GPUs a and b` (a, b are NVML device indices)."""
+
+    gpu_a: int
+    gpu_b: int
+    nvlink: bool
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"gpu_a": self.gpu_a, "gpu_b": self.gpu_b, "nvlink": self.nvlink, "host": self.host}
+
+
+@dataclass
+class NcclGdr:
+    """`GPU Direct RDMA Enabled/Disabled for GPU <busid> / HCA <n> (distance d <= | > l)` or per-HCA lines."""
+
+    enabled: bool
+    gpu_bus_id: str | None
+    hca: str | None
+    reason: str | None  # "distance 5 > 4", "no module"
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "enabled": self.enabled,
+            "gpu_bus_id": self.gpu_bus_id,
+            "hca": self.hca,
+            "reason": self.reason,
+            "host": self.host,
+        }
+
+
+@dataclass
+class NcclNet:
+    """What NCCL found for the network: plugin, the transport it chose, devices, IB absence."""
+
+    network: str | None = None  # "IB" | "Socket" | plugin name, from `Using network X`
+    plugin: str | None = None  # external plugin library, None for the internal one
+    ib_devices: list[str] = field(default_factory=list)  # ["mlx5_0:1/IB", "mlx5_3:1/RoCE"]
+    socket_devices: list[str] = field(default_factory=list)  # ["eth0:10.0.0.1<0>"]
+    ib_not_found: bool = False  # `NET/IB : No device found.`
+    ibverbs_missing: bool = False  # `Failed to open libibverbs.so[.1]`
+    sources: list[SourceRef] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "network": self.network,
+            "plugin": self.plugin,
+            "ib_devices": list(self.ib_devices),
+            "socket_devices": list(self.socket_devices),
+            "ib_not_found": self.ib_not_found,
+            "ibverbs_missing": self.ibverbs_missing,
+        }
+
+
+@dataclass
+class NcclMessage:
+    """A NCCL WARN line or an error trace (`misc/socket.cc:567 -> 2`), with NCCL's source file:line.
+
+    Identical messages are kept once with a count (a 1000-rank job prints each warning 1000 times).
+    """
+
+    level: str  # "WARN" | "ERROR"
+    text: str
+    file: str | None = None  # NCCL source file as printed: "misc/socket.cc", ".../init.cc"
+    line_no: int | None = None  # the line in that source file
+    count: int = 1
+    source: SourceRef | None = None  # first occurrence
+
+    def to_json(self) -> dict:
+        return {
+            "level": self.level,
+            "text": self.text,
+            "file": self.file,
+            "line": self.line_no,
+            "count": self.count,
+            "first": self.source.to_json() if self.source else None,
+        }
+
 
 @dataclass
 class NcclRun:
@@ -43,12 +263,37 @@ class NcclRun:
     warnings: list[str] = field(default_factory=list)
     input: str | None = None
     comm_id: str | None = None
+    # -- detail beyond the contract ------------------------------------------
+    ranks: list[NcclRank] = field(default_factory=list)
+    rings: list[NcclRing] = field(default_factory=list)
+    trees: list[NcclTree] = field(default_factory=list)
+    graphs: list[NcclGraph] = field(default_factory=list)
+    paths: list[NcclPath] = field(default_factory=list)
+    p2p_disabled: list[NcclP2PDisabled] = field(default_factory=list)
+    gdr: list[NcclGdr] = field(default_factory=list)
+    net: NcclNet = field(default_factory=NcclNet)
+    messages: list[NcclMessage] = field(default_factory=list)
+    env_sources: dict[str, SourceRef] = field(default_factory=dict)
+    version_source: SourceRef | None = None
+    nodes_reported: int | None = None  # `nNodes` from the comm line, when NCCL printed it
+    # Connections seen but not kept (the per-run cap keeps memory bounded on huge logs).
+    connections_dropped: int = 0
 
     def transport_counts(self) -> dict[str, int]:
         counts = {"P2P": 0, "SHM": 0, "NET": 0}
         for conn in self.connections:
             counts[conn.transport] = counts.get(conn.transport, 0) + 1
         return counts
+
+    def rank_info(self, rank: int) -> NcclRank | None:
+        for info in self.ranks:
+            if info.rank == rank:
+                return info
+        return None
+
+    def host_of(self, rank: int) -> str | None:
+        info = self.rank_info(rank)
+        return info.host if info else None
 
     def to_json(self) -> dict:
         return {
@@ -63,4 +308,15 @@ class NcclRun:
             "warnings": list(self.warnings),
             "input": self.input,
             "comm_id": self.comm_id,
+            "ranks": [r.to_json() for r in self.ranks],
+            "rings": [r.to_json() for r in self.rings],
+            "trees": [t.to_json() for t in self.trees],
+            "graphs": [g.to_json() for g in self.graphs],
+            "paths": [p.to_json() for p in self.paths],
+            "p2p_disabled": [p.to_json() for p in self.p2p_disabled],
+            "gdr": [g.to_json() for g in self.gdr],
+            "net": self.net.to_json(),
+            "messages": [m.to_json() for m in self.messages],
+            "nodes_reported": self.nodes_reported,
+            "connections_dropped": self.connections_dropped,
         }

@@ -205,9 +205,9 @@ def _render_nccl(machine: "Machine", console: "Console") -> None:
         )
         if run.input:
             head += f"  [{run.input}]"
-        console.print(head)
+        console.print(head, markup=False)  # input paths and env values may hold '[...]'
         if run.env:
-            console.print("  settings: " + ", ".join(f"{key}={value}" for key, value in sorted(run.env.items())))
+            console.print("  settings: " + ", ".join(f"{key}={value}" for key, value in sorted(run.env.items())), markup=False)
         _render_transport_matrix(run, console)
     if machine.nccl:
         console.print()

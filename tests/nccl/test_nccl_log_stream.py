@@ -1,0 +1,177 @@
+"""Bad input and big input for the NCCL log parser: cut and glued lines, binary junk, no NCCL
+lines, two jobs in one file, several communicators on one thread, bounded memory."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import tracemalloc
+from pathlib import Path
+
+from conftest import fixture_path
+
+from k3diag.parse import nccl_log
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def lines_of(name: str) -> list[str]:
+    return fixture_path("nccl", name).read_text(encoding="utf-8").split("\n")
+
+
+def test_record_cut_mid_line_is_skipped_with_its_line_number():
+    result = nccl_log.parse_stream(lines_of("nccl-vllm-interleaved-cut-mid-line.log"), "vllm.log")
+    run = result.runs[0]
+    assert len(run.connections) == 4
+    assert result.lines_skipped == 1 and result.skipped_lines == [5]
+    assert "line(s) 5" in result.warnings[0]
+
+
+def test_records_glued_on_one_line_are_split():
+    result = nccl_log.parse_stream(lines_of("nccl-ibext-terminal-wrapped-concatenated.log"), "deepep.log")
+    run = result.runs[0]
+    assert len(run.connections) == 8
+    assert {c.via for c in run.connections} == {
+        "NET/IBext/5/GDRDMA", "NET/IBext/2/GDRDMA", "NET/IBext/0/GDRDMA", "NET/IBext/7/GDRDMA",
+        "NET/IBext/1/GDRDMA", "NET/IBext/3/GDRDMA", "NET/IBext/6/GDRDMA"}
+    assert run.rank_info(2).host == "VM-17-82-centos"
+    assert run.rank_info(10).host is None  # the remote end of a [send] line
+    # the record cut after "via" is reported, not guessed
+    assert result.lines_skipped == 1
+
+
+def test_binary_junk_in_the_middle():
+    lines = lines_of("nccl-2.7-busid-direct-shared-memory.log")
+    junk = ["\x00\x01\x02\ufffd\ufffd garbage \x00", "\x7fELF\x02\x01\x01\x00\x00\x00 NCCL \x00\x00"]
+    mixed = lines[:5] + junk + lines[5:]
+    result = nccl_log.parse_stream(mixed, "junk.log")
+    assert len(result.runs[0].connections) == 14
+    assert any("binary" in w and "line(s) 6" in w for w in result.warnings)
+
+
+def test_no_nccl_lines():
+    result = nccl_log.parse_stream(["hello", "step 1 loss 2.3", "", "RuntimeError: NCCL error in: x.cpp:12"], "app.log")
+    assert result.runs == []
+    assert any("no NCCL/RCCL log lines" in w for w in result.warnings)
+    assert result.lines_skipped == 0
+
+
+def test_two_jobs_in_one_file_stay_apart_by_comm_id():
+    lines = lines_of("nccl-2.19-64ranks-init-complete.log") + ["some other job output"] + \
+        lines_of("nccl-2.2x-2nodes-init-start.log")
+    result = nccl_log.parse_stream(lines, "mixed.log")
+    runs = {r.comm_id: r for r in result.runs}
+    assert set(runs) == {"0x5ae77eb5ea4ec1ee", "0x996ee6f117cb8e1e"}
+    assert runs["0x5ae77eb5ea4ec1ee"].nranks == 64
+    assert runs["0x996ee6f117cb8e1e"].nranks == 8
+    assert runs["0x996ee6f117cb8e1e"].hosts == ["kolyoz1", "kolyoz2"]
+
+
+def _comm_block(host: str, pid: int, ptr: str, rank: int, nranks: int, comm_id: str, peer: int, via: str,
+                modern: bool) -> list[str]:
+    """One rank's init of one communicator in the formats of NCCL 2.19+ (`modern`) or 2.7-2.12."""
+    pre = f"{host}:{pid}:{pid} [0] NCCL INFO "
+    out = []
+    if modern:
+        out.append(pre + f"ncclCommInitRank comm {ptr} rank {rank} nranks {nranks} cudaDev 0 nvmlDev 0 busId 1b000 "
+                         f"commId {comm_id} - Init START")
+        out.append(pre + f"comm {ptr} rank {rank} nRanks {nranks} nNodes 1 localRanks {nranks} localRank {rank} MNNVL 0")
+        out.append(pre + f"Channel 00/0 : {rank}[0] -> {peer}[1] via {via}")
+        out.append(pre + f"ncclCommInitRank comm {ptr} rank {rank} nranks {nranks} cudaDev 0 nvmlDev 0 busId 1b000 "
+                         f"commId {comm_id} - Init COMPLETE")
+    else:
+        out.append(pre + f"Channel 00 : {rank}[1b000] -> {peer}[3d000] via {via}")
+        out.append(pre + f"comm {ptr} rank {rank} nranks {nranks} cudaDev 0 busId 1b000 - Init COMPLETE")
+    return out
+
+
+def test_several_communicators_on_one_thread_modern():
+    lines = (_comm_block("h", 7, "0xaaa0", 0, 8, "0x1111", 1, "P2P/CUMEM/read", True)
+             + _comm_block("h", 7, "0xbbb0", 0, 2, "0x2222", 1, "SHM/direct/direct", True))
+    result = nccl_log.parse_stream(lines, "two.log")
+    runs = {r.comm_id: r for r in result.runs}
+    assert [c.via for c in runs["0x1111"].connections] == ["P2P/CUMEM/read"]
+    assert [c.via for c in runs["0x2222"].connections] == ["SHM/direct/direct"]
+
+
+def test_several_communicators_on_one_thread_2_7_to_2_12():
+    # connection lines come before the communicator's `Init COMPLETE` line in these versions
+    lines = (_comm_block("h", 7, "0xaaa0", 0, 8, "", 1, "P2P/IPC/read", False)
+             + _comm_block("h", 7, "0xbbb0", 0, 2, "", 1, "direct shared memory", False))
+    result = nccl_log.parse_stream(lines, "two.log")
+    by_size = {r.nranks: r for r in result.runs}
+    assert [c.via for c in by_size[8].connections] == ["P2P/IPC/read"]
+    assert [c.via for c in by_size[2].connections] == ["direct shared memory"]
+
+
+def test_lines_with_endings_and_first_line_offset():
+    text = fixture_path("nccl", "nccl-2.4-ring-4nodes.log").read_text()
+    result = nccl_log.parse_stream(text.splitlines(keepends=True), "x.log", first_line=1000)
+    assert len(result.runs[0].connections) == 19
+    assert min(c.source.line for c in result.runs[0].connections) == 1000
+    assert not any(c.source.text.endswith("\n") for c in result.runs[0].connections)
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_nccl_log", REPO / "benchmarks" / "bench_nccl_log.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _peak(path: Path) -> tuple[int, nccl_log.NcclLogResult]:
+    tracemalloc.start()
+    try:
+        result = nccl_log.parse_path(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, result
+
+
+def test_memory_does_not_grow_with_file_size(tmp_path, monkeypatch):
+    """Past the caps the parser only counts: a log four times larger needs no more memory."""
+    monkeypatch.setattr(nccl_log, "MAX_CONNECTIONS", 2_000)
+    monkeypatch.setattr(nccl_log, "MAX_INSTANCES", 200)
+    bench = _bench_module()
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    info_small = bench.generate(small, 3, nodes=4)
+    info_large = bench.generate(large, 12, nodes=4)
+    assert info_large["bytes"] > 3.5 * info_small["bytes"]
+    peak_small, result_small = _peak(small)
+    peak_large, result_large = _peak(large)
+    assert peak_large < 1.3 * peak_small + 512 * 1024, (peak_small, peak_large)
+    kept = sum(len(r.connections) for r in result_large.runs)
+    assert kept <= 2_000
+    assert any("not kept" in w for w in result_large.warnings)
+    assert result_large.lines_total > 3 * result_small.lines_total
+
+
+def test_generated_log_is_read_right(tmp_path):
+    bench = _bench_module()
+    path = tmp_path / "g.log"
+    bench.generate(path, 2, nodes=2)
+    result = nccl_log.parse_path(path)
+    assert result.version == "2.21.5+cuda12.4"
+    world = [r for r in result.runs if r.nranks == 16]
+    tp = [r for r in result.runs if r.nranks == 8]
+    assert world and tp
+    run = world[0]
+    assert run.nodes == 2 and run.hosts == ["gpu-node-000", "gpu-node-001"]
+    counts = run.transport_counts()
+    assert counts["P2P"] > 0 and counts["NET"] > 0 and counts["SHM"] == 0
+    assert all(c.gdrdma for c in run.connections if c.transport == "NET")
+    assert run.env == {"NCCL_IB_HCA": "mlx5"}
+
+
+def test_random_garbage_never_raises():
+    rng = random.Random(3)
+    base = lines_of("nccl-2.12-2nodes-ipc-read-ib-gdrdma.log")
+    for _ in range(30):
+        lines = []
+        for line in base:
+            cut = rng.randrange(len(line) + 1)
+            lines.append(line[:cut] if rng.random() < 0.3 else line)
+            if rng.random() < 0.1:
+                lines.append("".join(chr(rng.randrange(0, 0x2FF)) for _ in range(rng.randrange(80))))
+        nccl_log.parse_stream(lines, "fuzz.log")
