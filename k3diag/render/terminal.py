@@ -26,6 +26,13 @@ MAX_EVIDENCE_LINES = 4
 COLLAPSE_AT = 3
 
 
+def escape(text: str) -> str:
+    """Input text shown inside rich markup: a bracket in a path or a log must print as itself."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def make_console(file=None) -> "Console":
     from rich.console import Console
 
@@ -95,7 +102,7 @@ def _render_host(machine: "Machine", console: "Console") -> None:
     if host.iommu_mode:
         parts.append(f"IOMMU {host.iommu_mode}")
     if parts:
-        console.print("Host: " + "; ".join(parts))
+        console.print("Host: " + "; ".join(parts), markup=False)
     pci_count = len([d for d in machine.pci if d.bdf])
     if pci_count:
         console.print(f"PCI devices seen: {pci_count}")
@@ -117,10 +124,10 @@ def _render_gpus(machine: "Machine", console: "Console") -> None:
             width_style = "bold red"
         table.add_row(
             str(gpu.index),
-            gpu.name or "?",
-            gpu.bus_id or "?",
+            escape(gpu.name or "?"),
+            escape(gpu.bus_id or "?"),
             _fmt(gpu.numa_node),
-            gpu.cpu_affinity or "?",
+            escape(gpu.cpu_affinity or "?"),
             f"{_fmt(pcie.gen_current)}/{_fmt(pcie.gen_max)}",
             f"[{width_style}]x{_fmt(pcie.width_current)}/x{_fmt(pcie.width_max)}[/]" if width_style
             else f"x{_fmt(pcie.width_current)}/x{_fmt(pcie.width_max)}",
@@ -139,7 +146,7 @@ def _render_matrix(machine: "Machine", console: "Console") -> None:
                   title_justify="left")
     table.add_column("")
     for name in names:
-        table.add_column(name, justify="center")
+        table.add_column(escape(name), justify="center")
     for row in names:
         cells = []
         for col in names:
@@ -148,8 +155,8 @@ def _render_matrix(machine: "Machine", console: "Console") -> None:
                 continue
             link = machine.link(row, col)
             path = link.path if link else None
-            cells.append(f"[{path_style(path)}]{path or '?'}[/]")
-        table.add_row(row, *cells)
+            cells.append(f"[{path_style(path)}]{escape(path or '?')}[/]")
+        table.add_row(escape(row), *cells)
     console.print(table)
 
 
@@ -170,7 +177,7 @@ def _render_p2p(machine: "Machine", console: "Console") -> None:
         table = Table(title=f"P2P {capability} (OK, NS, GNS, CNS, TNS, DR, U)", title_justify="left")
         table.add_column("")
         for name in names:
-            table.add_column(name, justify="center")
+            table.add_column(escape(name), justify="center")
         lookup = {(s.src, s.dst): s.status for s in statuses}
         for row in names:
             cells = []
@@ -180,8 +187,8 @@ def _render_p2p(machine: "Machine", console: "Console") -> None:
                     continue
                 status = lookup.get((row, col))
                 style = "green" if status == "OK" else ("dim" if status is None else "red")
-                cells.append(f"[{style}]{status or '?'}[/]")
-            table.add_row(row, *cells)
+                cells.append(f"[{style}]{escape(status or '?')}[/]")
+            table.add_row(escape(row), *cells)
         console.print(table)
     console.print()
 
@@ -235,7 +242,7 @@ def _render_transport_matrix(run: Any, console: "Console") -> None:
                 continue
             label = "+".join(sorted(kinds))
             style = "green" if kinds == {"P2P"} else ("yellow" if "SHM" in kinds else "white")
-            cells.append(f"[{style}]{label}[/]")
+            cells.append(f"[{style}]{escape(label)}[/]")
         table.add_row(str(src), *cells)
     console.print(table)
 
@@ -252,7 +259,7 @@ def _render_benchmarks(machine: "Machine", console: "Console") -> None:
             )
         else:
             names = ", ".join(sorted((data.get("matrices") or data.get("testcases") or {}).keys())[:4])
-            console.print(f"{tool}: {names or 'no matrices'}")
+            console.print(f"{tool}: {names or 'no matrices'}", markup=False)
     if machine.benchmarks:
         console.print()
 
@@ -375,16 +382,16 @@ def _render_recommendation(recommendation: Any | None, console: "Console") -> No
         table.add_row(
             str(size),
             " ".join("{" + ",".join(str(i) for i in group) + "}" for group in recommendation.groups[size]),
-            f"[{path_style(worst)}]{worst or '?'}[/]",
-            rationale.get(size, "") if isinstance(rationale, dict) else "",
+            f"[{path_style(worst)}]{escape(worst or '?')}[/]",
+            escape(str(rationale.get(size, ""))) if isinstance(rationale, dict) else "",
         )
     console.print(table)
     comparison = getattr(recommendation, "comparison", None)
     if comparison:
-        console.print(comparison)
+        console.print(comparison, markup=False)
     visible = getattr(recommendation, "cuda_visible_devices", {}) or {}
     for size in sorted(visible):
-        console.print(f"TP{size}: " + "   ".join(visible[size]))
+        console.print(f"TP{size}: " + "   ".join(visible[size]), markup=False)
     console.print()
 
 

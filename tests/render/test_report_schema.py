@@ -68,3 +68,20 @@ def test_schema_rejects_a_broken_report(fixtures_dir: Path) -> None:
     report["findings"] = [{"id": "x", "severity": "fatal"}]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, _schema())
+
+
+def test_terminal_prints_input_text_with_brackets_literally() -> None:
+    import io
+
+    from k3diag.model.machine import Machine
+    from k3diag.model.topology import Link
+    from k3diag.render.terminal import make_console, render
+
+    machine = Machine()
+    machine.gpu(0).name = "[bold]evil[/x]"
+    machine.gpu(1).bus_id = "[/]"
+    machine.add_link(Link("GPU0", "GPU1", "PIX"))
+    buffer = io.StringIO()
+    render(analyze_machine(machine), make_console(buffer), "title [/]")
+    out = buffer.getvalue()
+    assert "[bold]evil[/x]" in out and "[/]" in out
