@@ -13,6 +13,8 @@ from typing import Iterator
 # A topology file is a few KB; an `lspci -vv` of a big server a few MB. Anything past this
 # is read only by streaming parsers (NCCL logs), never loaded whole.
 MAX_TEXT_BYTES = 64 * 1024 * 1024
+# Longest line handed to a streaming parser; the rest of an overlong line is skipped.
+MAX_LINE_CHARS = 64 * 1024
 
 
 @dataclass
@@ -75,7 +77,17 @@ class Evidence:
         if self.path is None:
             return
         with self.path.open("r", encoding="utf-8", errors="replace", newline="") as handle:
-            for line in handle:
+            while True:
+                line = handle.readline(MAX_LINE_CHARS)
+                if not line:
+                    return
+                if len(line) == MAX_LINE_CHARS and not line.endswith("\n"):
+                    # A "line" this long is binary junk or a log without newlines: keep its head,
+                    # skip the rest, so memory stays bounded whatever the file holds.
+                    while True:
+                        rest = handle.readline(MAX_LINE_CHARS)
+                        if not rest or rest.endswith("\n"):
+                            break
                 yield line.rstrip("\r\n")
 
     def to_manifest(self, member: str | None) -> dict:
