@@ -25,7 +25,31 @@ def run_rules(machine: Machine) -> list[Finding]:
     known = {finding.key for finding in findings}
     for finding in findings:
         finding.causes = sorted({cause for cause in finding.causes if cause in known and cause != finding.key})
+    _reduce_causes(findings)
     return sort_findings(findings)
+
+
+def _reduce_causes(findings: list[Finding]) -> None:
+    """Keep only direct causes: when A is caused by B and C, and B is itself caused by C, A -> B -> C
+    reads as one chain ("SHM because P2P refused because the pair crosses sockets")."""
+    by_key = {finding.key: finding for finding in findings}
+
+    def reachable(start: str, seen: set[str]) -> set[str]:
+        out: set[str] = set()
+        for cause in by_key[start].causes:
+            if cause not in seen:
+                seen.add(cause)
+                out.add(cause)
+                out |= reachable(cause, seen)
+        return out
+
+    for finding in findings:
+        if len(finding.causes) < 2:
+            continue
+        indirect: set[str] = set()
+        for cause in finding.causes:
+            indirect |= reachable(cause, {finding.key, cause})
+        finding.causes = [cause for cause in finding.causes if cause not in indirect]
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

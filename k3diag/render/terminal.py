@@ -314,11 +314,31 @@ def _render_collapsed(members: list["Finding"], by_key: dict, console: "Console"
     if first.remedy:
         console.print(Text(f"      Fix: {first.remedy}", style="green"))
     causes = sorted({cause for f in members for cause in f.causes})
+    if causes:
+        console.print(Text("      because:", style="italic"))
     for cause_key in causes[:MAX_EVIDENCE_LINES]:
-        cause = by_key.get(cause_key)
-        if cause is not None:
-            console.print(Text("      because:", style="italic"))
-            _render_finding(cause, by_key, console, depth=4, seen={f.key for f in members})
+        _render_cause_chain(cause_key, by_key, console, depth=4, seen={f.key for f in members})
+    if len(causes) > MAX_EVIDENCE_LINES:
+        console.print(Text(f"        ... {len(causes) - MAX_EVIDENCE_LINES} more cause(s) in --json", style="dim"))
+
+
+def _render_cause_chain(key: str, by_key: dict, console: "Console", depth: int, seen: set[str]) -> None:
+    """One line per cause, its own causes indented beneath: the chain, without repeating every explanation."""
+    from rich.text import Text
+
+    cause = by_key.get(key)
+    if cause is None or key in seen:
+        return
+    label = SEVERITY_LABEL.get(cause.severity, cause.severity.upper())
+    line = Text("  " * depth)
+    line.append(f"[{label}] ", style=SEVERITY_STYLE.get(cause.severity, ""))
+    line.append(cause.title)
+    line.append(f"  ({cause.id})", style="dim")
+    console.print(line)
+    for ref in cause.evidence[:1]:
+        console.print(Text("  " * depth + f"    > {ref.cite()}", style="dim"))
+    for sub in cause.causes:
+        _render_cause_chain(sub, by_key, console, depth + 1, seen | {key})
 
 
 def _subject_group(subjects: list[str]) -> str:

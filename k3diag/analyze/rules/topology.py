@@ -183,6 +183,9 @@ def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterabl
             remedy=remedy,
             confirm_with="nvidia-smi topo -p2p r; nvidia-smi topo -p2p w",
             data={"codes": codes, "capabilities": capabilities},
+            # A chipset/topology refusal on a pair that crosses sockets is explained by the crossing.
+            causes=[key for key in (f"gpu-pair-sys@{a},{b}", f"gpu-pair-phb@{a},{b}")
+                    if set(codes) & {"CNS", "TNS"} and any(f.key == key for f in earlier)],
         )
 
 
