@@ -52,7 +52,10 @@ def test_same_host_pair_on_shm_names_pair_host_transport_and_topology_causes():
     assert "SHM" in cross.title and "unicom-169" in cross.title and "channel 0" in cross.title
     assert "4 other pair(s) on this host use P2P" in cross.title
     assert cross.data["gpus"] == [3, 4] and cross.data["gpu_basis"] == "busId"
-    assert cross.causes == ["gpu-pair-sys@GPU3,GPU4", "p2p-not-supported@GPU3,GPU4"]
+    # the chain: SHM because P2P is refused (CNS) because the pair crosses sockets (SYS)
+    assert cross.causes == ["p2p-not-supported@GPU3,GPU4"]
+    refusal = next(f for f in findings(machine, "p2p-not-supported") if f.subjects == ["GPU3", "GPU4"])
+    assert refusal.causes == ["gpu-pair-sys@GPU3,GPU4"]
     assert "crosses CPU sockets" in cross.explanation
     assert any("3[9000] -> 4[84000]" in e.text for e in cross.evidence)
     same_socket = found[(1, 2)]
