@@ -7,7 +7,7 @@ from typing import Any
 
 from k3diag.analyze.finding import Finding
 from k3diag.model.machine import Machine
-from k3diag.model.topology import nvlink_count
+from k3diag.model.topology import nvlink_count, path_rank
 
 EXIT_OK = 0
 EXIT_WARN = 1
@@ -47,6 +47,7 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
         return Verdict("usable", f"One GPU: no tensor parallelism possible; run replicas or a model that fits one GPU ({tally}).", 1)
     if recommendation is None or not getattr(recommendation, "worst_link", None):
         return Verdict("usable", f"{gpus} GPUs; the links between them are unknown, so no TP size can be recommended ({tally}).", None)
+    recommendation = _ClassView(recommendation)
     best_tp = None
     for size in sorted(recommendation.worst_link):
         if _good_path(recommendation.worst_link[size]):
@@ -104,6 +105,19 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
         f"links; prefer replicas (DP) or pipeline parallelism{fix_first} ({tally}).",
         None,
     )
+
+
+class _ClassView:
+    """The planner ranks groups by estimated bandwidth (an x8 NODE pair can rank below an x16 SYS
+    pair); the verdict speaks in path classes, so a size's worst link is its worst group's class."""
+
+    def __init__(self, recommendation: Any) -> None:
+        self.groups = recommendation.groups
+        self.group_worst = getattr(recommendation, "group_worst", {}) or {}
+        self.worst_link = {}
+        for size, worst in recommendation.worst_link.items():
+            classes = [w for w in self.group_worst.get(size, []) if w] + ([worst] if worst else [])
+            self.worst_link[size] = max(classes, key=path_rank) if classes else worst
 
 
 def _good_gpu_pairs(machine: Machine) -> list[tuple[int, int]]:
