@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +14,11 @@ from k3diag import __version__
 
 
 def _k3diag() -> list[str]:
-    exe = shutil.which("k3diag")
-    if exe is None:
-        # fall back to the module when the script directory is not on PATH
-        return [sys.executable, "-m", "k3diag"]
-    return [exe]
+    """The console script installed beside this interpreter (the venv's bin), else the module."""
+    script = Path(sys.executable).parent / "k3diag"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "k3diag"]
 
 
 def test_version() -> None:
