@@ -132,6 +132,9 @@ class Machine:
         return sorted(names, key=endpoint_sort_key)
 
     def note(self, subject: str, message: str, level: str = "warn") -> None:
+        # Two layers may notice the same problem (the evidence and its parser): say it once.
+        if any(existing.message == message for existing in self.notes):
+            return
         self.notes.append(Note(subject=subject, message=message, level=level))
 
     @property

@@ -41,11 +41,11 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
         remedy = ("Install and load the GPU driver (NVIDIA: `nvidia-smi` should list the GPUs; AMD: ROCm and "
                   "`amd-smi list`), then run `k3diag topo` again.")
     else:
-        explanation = "No NVIDIA or AMD GPU was found on this host."
+        explanation = "No NVIDIA or AMD GPU was found on this host"
         if reasons:
-            explanation += " " + " ".join(reasons)
+            explanation += ": " + "; ".join(note.message for note in gpu_sources) + "."
         else:
-            explanation += " No GPU management library answered and no GPU appears on the PCI bus."
+            explanation += ": no GPU management library answered and no GPU appears on the PCI bus."
         remedy = ("If this host should have GPUs: check `lspci | grep -iE 'nvidia|amd'` for the devices and that the "
                   "driver is installed (NVIDIA: libnvidia-ml.so and `nvidia-smi`; AMD: ROCm's libamd_smi.so and `amd-smi`). "
                   "On a laptop, analyze saved outputs instead: `k3diag analyze FILE...`.")
