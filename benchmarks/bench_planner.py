@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from k3diag.analyze.planner import default_sizes, known_gpus, machine_quality, recommend_tp_groups, solve_partition
+from k3diag.analyze.partition import solve_partition
+from k3diag.analyze.planner import default_sizes, known_gpus, machine_quality, recommend_tp_groups
 from k3diag.model.machine import Machine
 from k3diag.model.topology import Link
 

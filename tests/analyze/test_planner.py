@@ -13,19 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3diag.analyze.planner import (
+from k3diag.analyze.partition import (
     PartitionScore,
     _dendrogram,
     best_partition,
-    default_sizes,
-    estimate_bandwidth,
     fast_partition,
-    pair_quality,
     quality_matrix,
-    recommend_tp_groups,
     score_partition,
     solve_partition,
 )
+from k3diag.analyze.planner import default_sizes, estimate_bandwidth, pair_quality, recommend_tp_groups
 from k3diag.model.machine import Machine
 from k3diag.model.topology import Link, P2PStatus
 
