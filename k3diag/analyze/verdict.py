@@ -42,7 +42,16 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
     tally = f"{len(fails)} failure(s), {len(warns)} warning(s)"
     gpus = len(machine.gpus)
     if gpus == 0:
-        return Verdict("none", f"No GPU was found, so there is nothing to serve with ({tally}).", None)
+        if machine.live or not (machine.nccl or machine.benchmarks or machine.pci):
+            return Verdict("none", f"No GPU was found, so there is nothing to serve with ({tally}).", None)
+        seen = [name for name, present in (("NCCL logs", machine.nccl), ("benchmarks", machine.benchmarks),
+                                           ("PCIe devices", machine.pci)) if present]
+        return Verdict(
+            "unknown",
+            f"These inputs hold no GPU inventory (nvidia-smi, NVML, rocm-smi or amd-smi output), so no TP size "
+            f"can be judged; judged from the {', '.join(seen)} alone: {tally}.",
+            None,
+        )
     if gpus == 1:
         return Verdict("usable", f"One GPU: no tensor parallelism possible; run replicas or a model that fits one GPU ({tally}).", 1)
     if recommendation is None or not getattr(recommendation, "worst_link", None):

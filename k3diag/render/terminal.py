@@ -202,12 +202,22 @@ def _render_pcie_paths(machine: "Machine", console: "Console") -> None:
     render_pcie_paths(machine, console)
 
 
+# A gigabyte log can hold thousands of communicators; show the most telling ones in full.
+MAX_NCCL_RUNS_SHOWN = 3
+
+
 def _render_nccl(machine: "Machine", console: "Console") -> None:
-    for run in machine.nccl:
+    # Communicators that left the fast path (SHM, network) first, then the biggest.
+    runs = sorted(
+        machine.nccl,
+        key=lambda run: (-(run.transport_counts().get("SHM", 0) > 0), -(run.nranks or 0)),
+    )
+    hidden = runs[MAX_NCCL_RUNS_SHOWN:]
+    for run in runs[:MAX_NCCL_RUNS_SHOWN]:
         counts = run.transport_counts()
         head = (
             f"{run.library or 'NCCL'} {run.version or '?'}: {run.nranks or '?'} ranks on "
-            f"{run.nodes or '?'} node(s) ({', '.join(run.hosts) or 'hosts unknown'}); "
+            f"{run.nodes or '?'} node(s) ({_list_some(run.hosts) or 'hosts unknown'}); "
             f"connections P2P {counts.get('P2P', 0)}, SHM {counts.get('SHM', 0)}, NET {counts.get('NET', 0)}"
         )
         if run.input:
@@ -216,6 +226,14 @@ def _render_nccl(machine: "Machine", console: "Console") -> None:
         if run.env:
             console.print("  settings: " + ", ".join(f"{key}={value}" for key, value in sorted(run.env.items())), markup=False)
         _render_transport_matrix(run, console)
+    if hidden:
+        totals: dict[str, int] = {}
+        for run in hidden:
+            for family, number in run.transport_counts().items():
+                totals[family] = totals.get(family, 0) + number
+        summary = ", ".join(f"{family} {number}" for family, number in sorted(totals.items()))
+        console.print(f"... and {len(hidden)} more communicator(s) (connections: {summary}); all are in --json",
+                      markup=False)
     if machine.nccl:
         console.print()
 
@@ -432,6 +450,12 @@ def _render_inputs(machine: "Machine", console: "Console") -> None:
         console.print(Text("Notes", style="bold"))
         for note in notes:
             console.print(Text(f"  {note.subject}: {note.message}", style="yellow" if note.level == "warn" else ""))
+
+
+def _list_some(items: list[str], shown: int = 6) -> str:
+    if len(items) <= shown:
+        return ", ".join(items)
+    return ", ".join(items[:shown]) + f" and {len(items) - shown} more"
 
 
 def _fmt(value: Any) -> str:

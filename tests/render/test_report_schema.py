@@ -85,3 +85,29 @@ def test_terminal_prints_input_text_with_brackets_literally() -> None:
     render(analyze_machine(machine), make_console(buffer), "title [/]")
     out = buffer.getvalue()
     assert "[bold]evil[/x]" in out and "[/]" in out
+
+
+def test_a_log_with_many_communicators_stays_readable(tmp_path: Path) -> None:
+    import io
+
+    from k3diag.render.terminal import MAX_NCCL_RUNS_SHOWN, make_console, render
+
+    lines = []
+    # ten jobs on ten hosts, each one 2-rank communicator (line format of NCCL 2.19+ Init COMPLETE)
+    for job in range(10):
+        host = f"node-{job:02d}"
+        for rank in range(2):
+            lines.append(f"{host}:{100 + job}:{200 + rank} [{rank}] NCCL INFO comm 0x55{job}0{rank}aa rank {rank} "
+                         f"nranks 2 cudaDev {rank} nvmlDev {rank} busId {rank + 1}8000 commId 0x{job + 1:016x} "
+                         "- Init COMPLETE")
+        lines.append(f"{host}:{100 + job}:200 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM")
+    log = tmp_path / "many.log"
+    log.write_text("node-00:100:100 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n" + "\n".join(lines) + "\n")
+    machine, _ = load_machine([log])
+    assert len(machine.nccl) > MAX_NCCL_RUNS_SHOWN
+    buffer = io.StringIO()
+    render(analyze_machine(machine), make_console(buffer), "t")
+    out = buffer.getvalue()
+    assert out.count("NCCL 2.21.5") == MAX_NCCL_RUNS_SHOWN
+    assert f"and {len(machine.nccl) - MAX_NCCL_RUNS_SHOWN} more communicator(s)" in out
+    assert "no GPU inventory" in out
