@@ -106,7 +106,32 @@ def _render_host(machine: "Machine", console: "Console") -> None:
     pci_count = len([d for d in machine.pci if d.bdf])
     if pci_count:
         console.print(f"PCI devices seen: {pci_count}")
+    if pci_count and not machine.gpus:
+        _render_pci_inventory(machine, console)
     console.print()
+
+
+# Without GPUs the PCI inventory is what the user can still check (is the card even on the bus?).
+MAX_PCI_LISTED = 40
+
+
+def _render_pci_inventory(machine: "Machine", console: "Console") -> None:
+    from rich.table import Table
+
+    devices = [d for d in machine.pci if d.bdf][:MAX_PCI_LISTED]
+    table = Table(title="PCI devices (no GPU among them was usable)", title_justify="left")
+    for column in ("bdf", "device", "vendor:device", "driver", "NUMA", "link (runs at / capable)"):
+        table.add_column(column)
+    for device in devices:
+        link = device.link
+        link_text = ""
+        if link is not None and (link.sta_width or link.cap_width):
+            link_text = (f"{_fmt(link.sta_speed_gts)} GT/s x{_fmt(link.sta_width)} / "
+                         f"{_fmt(link.cap_speed_gts)} GT/s x{_fmt(link.cap_width)}")
+        ids = f"{device.vendor_id or '?'}:{device.device_id or '?'}" if device.vendor_id or device.device_id else ""
+        table.add_row(escape(device.bdf or ""), escape(device.description or device.class_name or ""),
+                      escape(ids), escape(device.driver or ""), _fmt(device.numa_node), escape(link_text))
+    console.print(table)
 
 
 def _render_gpus(machine: "Machine", console: "Console") -> None:

@@ -111,3 +111,20 @@ def test_a_log_with_many_communicators_stays_readable(tmp_path: Path) -> None:
     assert out.count("NCCL 2.21.5") == MAX_NCCL_RUNS_SHOWN
     assert f"and {len(machine.nccl) - MAX_NCCL_RUNS_SHOWN} more communicator(s)" in out
     assert "no GPU inventory" in out
+
+
+def test_no_gpu_host_lists_its_pci_devices() -> None:
+    import io
+
+    from k3diag.model.machine import Machine
+    from k3diag.model.pci import PciDevice
+    from k3diag.render.terminal import make_console, render
+
+    machine = Machine(live=True)
+    machine.pci.append(PciDevice(bdf="0000:00:03.0", description="Ethernet controller: [1af4:1041]",
+                                 vendor_id="1af4", device_id="1041", driver="virtio-pci"))
+    buffer = io.StringIO()
+    render(analyze_machine(machine), make_console(buffer), "t")
+    out = buffer.getvalue()
+    assert "PCI devices (no GPU among them was usable)" in out
+    assert "0000:00:03.0" in out and "virtio-pci" in out and "1af4:1041" in out
