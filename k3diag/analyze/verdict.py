@@ -13,7 +13,6 @@ EXIT_OK = 0
 EXIT_WARN = 1
 EXIT_FAIL = 2
 EXIT_NOTHING = 3
-FAIL_ON_CHOICES = ("fail", "warn", "never")
 
 # Path codes good enough that TP inside a group costs little, and ones that hurt.
 _GOOD_PATHS = {"PIX", "PSB", "PXB", "XGMI"}

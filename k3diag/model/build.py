@@ -124,7 +124,7 @@ def detect(text: str, command: str | None = None) -> FormatSpec | None:
     best: tuple[float, FormatSpec] | None = None
     # The head of an output tells what it is; sniffing megabytes would only cost time.
     text = text[:SNIFF_CHARS]
-    for spec in available_formats():
+    for spec in available_formats(text):
         module = parser_module(spec)
         try:
             score = float(module.sniff(text))
@@ -145,7 +145,7 @@ def split_sections(text: str, command: str | None = None) -> list[Section]:
     lines = text.split("\n")
     starts: dict[int, str | None] = {0: command}
     start_patterns = []
-    for spec in available_formats():
+    for spec in available_formats(text):
         pattern = getattr(parser_module(spec), "START_RE", None)
         if pattern is not None:
             start_patterns.append(pattern)
@@ -244,7 +244,7 @@ def _parse_stream(spec: FormatSpec, item: Evidence, machine: Machine, size: int 
 
 
 def _streaming_format(head_text: str) -> FormatSpec | None:
-    for spec in available_formats():
+    for spec in available_formats(head_text):
         if not spec.streaming:
             continue
         module = parser_module(spec)
