@@ -564,6 +564,33 @@ def write_bundle(evidence: list[Evidence], manifest: dict, out: Path) -> Path:
     return out
 
 
+def check_output(out: Path) -> None:
+    """Raise BundleError now if `write_bundle(..., out)` could not write there, so that `collect`
+    fails before minutes of collection and benchmarks rather than after. Folders that do not exist
+    yet are fine (they are created); nothing is left behind."""
+    out = Path(out)
+    is_archive = out.name.lower().endswith((".tar.gz", ".tgz"))
+    if out.is_dir():
+        if is_archive:
+            raise BundleError(f"{out} is a folder; give a file name for the archive")
+        if any(out.iterdir()):
+            raise BundleError(f"{out} already exists and is not an empty folder; choose another name or remove it")
+    elif out.exists() and not is_archive:
+        raise BundleError(f"{out} already exists and is not a folder; choose another name or end it in .tar.gz")
+    ancestor = out.parent if str(out.parent) else Path(".")
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise BundleError(f"could not write {out}: {ancestor} is a file, not a folder; check the path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".k3diag-", suffix=".tmp", dir=ancestor)
+    except OSError as exc:
+        raise BundleError(f"could not write {out}: {ancestor} is not writable ({exc.strerror or exc}); "
+                          "choose another folder") from None
+    os.close(fd)
+    _remove_quietly(probe)
+
+
 def _plan_members(evidence: list[Evidence], manifest: dict) -> tuple[list[tuple[str, Evidence]], dict]:
     full = dict(manifest)
     full["schema"] = SCHEMA

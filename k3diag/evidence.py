@@ -38,6 +38,8 @@ class Evidence:
     error: str | None = None  # why it could not be produced/read, in one sentence
     format_hint: str | None = None  # readings know their format; text is always sniffed
     meta: dict = field(default_factory=dict)
+    # The codec the content was saved in, found from its first bytes on first use.
+    _encoding: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int | None:
@@ -58,6 +60,23 @@ class Evidence:
         with self.path.open("rb") as handle:
             return handle.read(limit)
 
+    @property
+    def encoding(self) -> str:
+        """UTF-8 unless the content says otherwise (a byte order mark, UTF-16's NUL pattern)."""
+        if self._encoding is None:
+            from k3diag.parse.text import detect_encoding
+
+            try:
+                self._encoding = detect_encoding(self.head(4096))
+            except OSError:
+                self._encoding = "utf-8"
+        return self._encoding
+
+    def read_text(self, limit: int = MAX_TEXT_BYTES) -> tuple[str, bool]:
+        """Decoded content up to `limit` bytes, and whether it was cut; undecodable bytes are replaced."""
+        data, truncated = self.read_bytes(limit)
+        return data.decode(self.encoding, errors="replace"), truncated
+
     def read_bytes(self, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, bool]:
         """Content up to `limit` bytes, and whether it was cut."""
         if self.data is not None:
@@ -70,13 +89,14 @@ class Evidence:
 
     def iter_lines(self) -> Iterator[str]:
         """Decoded lines without their endings, streamed; undecodable bytes are replaced."""
+        encoding = self.encoding
         if self.data is not None:
-            text = self.data.decode("utf-8", errors="replace")
+            text = self.data.decode(encoding, errors="replace")
             yield from text.splitlines()
             return
         if self.path is None:
             return
-        with self.path.open("r", encoding="utf-8", errors="replace", newline="") as handle:
+        with self.path.open("r", encoding=encoding, errors="replace", newline="") as handle:
             while True:
                 line = handle.readline(MAX_LINE_CHARS)
                 if not line:

@@ -229,14 +229,42 @@ def gpu_from_device_name(device_name: str | None, memory_mib: int | None = None)
     return gpu
 
 
+# The biggest Hugging Face config.json files (multimodal ones) are tens of KB.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def read_small_text(path: Path, what: str, limit: int, error: type[Exception]) -> str:
+    """A small text file the user named (config.json, spec.toml), or `error` with one sentence.
+
+    Saved from Windows, such files may be UTF-16 or carry a byte order mark; both are decoded.
+    """
+    from k3diag.parse.text import detect_encoding, looks_binary
+
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path} is a folder, not {what} file; give the file inside it.")
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{path} does not exist.") from None
+    except OSError as exc:
+        raise error(f"cannot read {path} ({exc.strerror or exc}); check the path and its permissions.") from None
+    if len(data) > limit:
+        raise error(f"{path} is over {limit // 1024 // 1024} MiB, far larger than {what} file can be; check the path.")
+    encoding = detect_encoding(data)
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError:
+        text = None
+    if text is None or looks_binary(text.encode("utf-8")):
+        raise error(f"{path} is not text ({what} is UTF-8 text); check the path.")
+    return text
+
+
 def load_config_file(path: Path) -> tuple[ModelSpec, list[str]]:
     """A ModelSpec from a Hugging Face config.json; returns it with the assumptions made."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CatalogError(f"{path} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CatalogError(f"cannot read {path}: {exc}.") from None
+    text = read_small_text(path, "a config.json", MAX_CONFIG_BYTES, CatalogError)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

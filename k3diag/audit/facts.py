@@ -419,9 +419,14 @@ def raw_text_search(evidence: Iterable[Any], pattern: re.Pattern[str], limit_byt
             data, _ = item.read_bytes(limit_bytes)
         except Exception:
             continue
-        if not data or b"\x00" in data[:4096]:
+        if not data:
             continue
-        text = data.decode("utf-8", errors="replace")
+        from k3diag.parse.text import detect_encoding, normalize
+
+        encoding = detect_encoding(data)
+        if encoding == "utf-8" and b"\x00" in data[:4096]:
+            continue  # binary; UTF-16 text (saved by PowerShell) has NULs too and is decoded
+        text = normalize(data.decode(encoding, errors="replace"))
         for number, line in enumerate(text.splitlines(), start=1):
             if pattern.search(line):
                 refs.append(SourceRef(input=item.name, line=number, text=line.strip()[:300]))

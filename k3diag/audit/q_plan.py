@@ -210,7 +210,7 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
     try:
         spec = find_model(ctx.model or "")
     except Exception as exc:  # CatalogError names the close matches
-        return None, f"unknown model {ctx.model!r}: {exc}"
+        return None, str(exc).rstrip(".")
     try:
         hardware = plan_module.hardware_from_machine(ctx.machine, ctx.source)
         plan = plan_module.advise(spec, hardware)

@@ -102,11 +102,14 @@ def load_spec(path: Path) -> Spec:
         raise SpecError(f"could not read the spec {path} ({exc.strerror or exc}); check the path") from None
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(f"{path} is larger than a purchase spec can be ({MAX_SPEC_BYTES // 1024} KiB)")
+    from k3diag.parse.text import detect_encoding
+
+    # Notepad and PowerShell save with a byte order mark or as UTF-16; TOML itself is UTF-8.
     try:
-        text = data.decode("utf-8")
+        text = data.decode(detect_encoding(data))
     except UnicodeDecodeError:
         raise SpecError(f"{path} is not UTF-8 text; save the spec as UTF-8 TOML") from None
-    return parse_spec(text, Path(path).name)
+    return parse_spec(text.lstrip("\ufeff"), Path(path).name)
 
 
 def _squash(text: str) -> str:

@@ -31,6 +31,16 @@ def register(app: typer.Typer) -> None:
         from k3diag.audit.spec import SpecError
         from k3diag.bundle import BundleError
 
+        if model:
+            from k3diag.advise.catalog import CatalogError, find_model
+
+            try:
+                find_model(model)
+            except CatalogError as exc:
+                # A typo in --model would otherwise cost one UNKNOWN answer and a misleading exit code.
+                message = str(exc).split("; or pass --config")[0].rstrip(".")
+                typer.echo(f"k3diag audit: {message}.", err=True)
+                raise typer.Exit(2) from None
         try:
             report = audit_bundle(bundle, model=model, spec_path=expect)
         except BundleError as exc:

@@ -23,9 +23,18 @@ def register(app: typer.Typer) -> None:
         import datetime as dt
 
         from k3diag import __version__
+        from k3diag.bundle import BundleError, check_output
         from k3diag.inputs import load_live_machine
 
         err = _stderr_console()
+        try:
+            check_output(output)
+        except BundleError as exc:
+            err.print(f"k3diag collect: {exc}")
+            raise typer.Exit(2) from None
+        if not output.parent.exists():
+            # Created like `mkdir -p`, but said aloud: a mistyped folder should not go unnoticed.
+            err.print(f"k3diag collect: the folder {output.parent} does not exist; it will be created")
         status = err.status("collecting") if err.is_terminal else None
         if status is not None:
             status.start()
@@ -59,12 +68,15 @@ def register(app: typer.Typer) -> None:
 
             evidence, manifest, report = redact_evidence(evidence, manifest)
             err.print(f"redacted: {report.summary() if hasattr(report, 'summary') else report}")
-        from k3diag.bundle import BundleError, write_bundle
+        from k3diag.bundle import write_bundle
 
         try:
             written = write_bundle(evidence, manifest, output)
-        except (BundleError, OSError) as exc:
-            err.print(f"could not write {output}: {exc}")
+        except BundleError as exc:  # its message names the path and the fix
+            err.print(f"k3diag collect: {exc}")
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            err.print(f"k3diag collect: could not write {output} ({exc.strerror or exc}); check the path")
             raise typer.Exit(2) from None
         failed = [item for item in evidence if item.error]
         typer.echo(f"wrote {written}: {len(evidence)} evidence item(s), {len(machine.gpus)} GPU(s) seen")
@@ -78,4 +90,7 @@ def _stderr_console():
 
     from rich.console import Console
 
-    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+    # Messages carry paths and tool output, which may hold `[...]`: never markup. Long sentences
+    # stay on one line when stderr is a log file, not cut at 80 columns.
+    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, markup=False,
+                   soft_wrap=True)

@@ -8,12 +8,13 @@ detected and parsed on its own.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable
 
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.parse.registry import FormatSpec, available_formats, merger, parser_module, spec_named
-from k3diag.parse.text import Section, looks_binary, normalize, prompt_command
+from k3diag.parse.text import Section, is_shell_prompt, looks_binary, normalize, prompt_command
 
 SNIFF_THRESHOLD = 0.5
 SNIFF_CHARS = 64 * 1024
@@ -84,12 +85,13 @@ def ingest(item: Evidence, machine: Machine) -> None:
     if item.format_hint:
         spec = spec_named(item.format_hint)
         if spec is not None and parser_module(spec) is not None and not spec.streaming:
-            data, _ = item.read_bytes()
-            _parse_section(spec, Section(text=data.decode("utf-8", errors="replace"), first_line=1,
-                                         command=item.command), item, machine, size)
+            text, _ = item.read_text()
+            _parse_section(spec, Section(text=text, first_line=1, command=item.command), item, machine, size)
             return
 
-    if looks_binary(head):
+    # UTF-16 (what Windows PowerShell saves) is full of NUL bytes: judge the decoded text, not the bytes.
+    head_text = head.decode(item.encoding, errors="replace")
+    if looks_binary(head if item.encoding == "utf-8" else head_text.encode("utf-8")):
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
         record.warnings.append(
             f"{item.name} looks like binary data, not the text output of a tool; give the saved text output instead"
@@ -97,14 +99,14 @@ def ingest(item: Evidence, machine: Machine) -> None:
         machine.inputs.append(record)
         return
 
-    head_text = normalize(head.decode("utf-8", errors="replace"))
+    head_text = normalize(head_text)
     stream_spec = _streaming_format(head_text)
     if stream_spec is not None:
         _parse_stream(stream_spec, item, machine, size)
         return
 
-    data, truncated = item.read_bytes(MAX_TEXT_BYTES)
-    text = normalize(data.decode("utf-8", errors="replace"))
+    text, truncated = item.read_text(MAX_TEXT_BYTES)
+    text = normalize(text)
     sections = split_sections(text, command=item.command)
     parsed_any = False
     for section in sections:
@@ -121,9 +123,15 @@ def ingest(item: Evidence, machine: Machine) -> None:
 
 def detect(text: str, command: str | None = None) -> FormatSpec | None:
     """The format whose parser is most confident about this text, if any is confident enough."""
-    best: tuple[float, FormatSpec] | None = None
     # The head of an output tells what it is; sniffing megabytes would only cost time.
-    text = text[:SNIFF_CHARS]
+    return _detect_head(text[:SNIFF_CHARS], command)
+
+
+# Each section is detected twice (when neighbours are merged, then to parse it), and a log of a
+# command run in a loop holds the same output thousands of times: remember recent answers.
+@lru_cache(maxsize=256)
+def _detect_head(text: str, command: str | None) -> FormatSpec | None:
+    best: tuple[float, FormatSpec] | None = None
     for spec in available_formats(text):
         module = parser_module(spec)
         try:
@@ -150,11 +158,19 @@ def split_sections(text: str, command: str | None = None) -> list[Section]:
         if pattern is not None:
             start_patterns.append(pattern)
     previous_was_prompt = False
+    # Prompt lines running no tool we read (`user@host:~$ cd ~`, the bare `PS C:\>` a PowerShell paste
+    # ends with): they end the output above; blanked so no parser takes them for a row.
+    blank: set[int] = set()
     for index, line in enumerate(lines):
         prompt = prompt_command(line)
         if prompt is not None:
             starts[index] = prompt
             previous_was_prompt = True
+            continue
+        if is_shell_prompt(line):
+            starts[index] = None
+            blank.add(index)
+            previous_was_prompt = False
             continue
         if not previous_was_prompt and index not in starts:
             for pattern in start_patterns:
@@ -169,6 +185,8 @@ def split_sections(text: str, command: str | None = None) -> list[Section]:
     for position, start in enumerate(ordered):
         end = ordered[position + 1] if position + 1 < len(ordered) else len(lines)
         chunk = lines[start:end]
+        if start in blank:
+            chunk[0] = ""  # keeps the line numbers of what follows
         if not "".join(chunk).strip():
             continue
         sections.append(Section(text="\n".join(chunk), first_line=start + 1, command=starts[start]))
@@ -260,11 +278,12 @@ def _streaming_format(head_text: str) -> FormatSpec | None:
     return None
 
 
+# `nvidia-smi.exe` is how the command is typed in PowerShell.
 _COMMAND_FORMATS = (
-    (re.compile(r"nvidia-smi\s+topo\s+(-m|--matrix)\b"), "nvidia-smi-topo-matrix"),
-    (re.compile(r"nvidia-smi\s+topo\s+(-p2p|--p2p)"), "nvidia-smi-topo-p2p"),
-    (re.compile(r"nvidia-smi\s+.*--query-gpu"), "nvidia-smi-query-gpu-csv"),
-    (re.compile(r"nvidia-smi\s+(-q|--query)\b"), "nvidia-smi-query"),
+    (re.compile(r"nvidia-smi(?:\.exe)?\s+topo\s+(-m|--matrix)\b"), "nvidia-smi-topo-matrix"),
+    (re.compile(r"nvidia-smi(?:\.exe)?\s+topo\s+(-p2p|--p2p)"), "nvidia-smi-topo-p2p"),
+    (re.compile(r"nvidia-smi(?:\.exe)?\s+.*--query-gpu"), "nvidia-smi-query-gpu-csv"),
+    (re.compile(r"nvidia-smi(?:\.exe)?\s+(-q|--query)\b"), "nvidia-smi-query"),
     (re.compile(r"lspci\s+.*-t"), "lspci-tv"),
     (re.compile(r"lspci\b"), "lspci-vv"),
     (re.compile(r"rocm-smi\b.*--showtopo"), "rocm-smi-showtopo"),

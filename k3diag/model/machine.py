@@ -63,6 +63,9 @@ class Machine:
     live: bool = False
     # Facts a domain keeps that the core does not model (dmesg events, NUMA distances...).
     extras: dict[str, Any] = field(default_factory=dict)
+    # Readings already held, so that a file repeating one output thousands of times (a loop of
+    # `nvidia-smi topo -m` saved to a log) does not grow the lists that every pair lookup scans.
+    _link_readings: set[tuple] = field(default_factory=set, repr=False, compare=False)
 
     # -- GPUs -----------------------------------------------------------------
     def gpu(self, index: int) -> Gpu:
@@ -106,7 +109,12 @@ class Machine:
 
     def add_link(self, link: Link) -> None:
         """Keep one link per pair and origin; a later reading of the same pair replaces nothing
-        silently: both stay, so a contradiction between two readings can be reported."""
+        silently: both stay, so a contradiction between two readings can be reported. A reading
+        that repeats one already held (same pair, origin and values) adds nothing and is dropped."""
+        reading = (link.key(), link.origin, link.path, link.hops, link.weight)
+        if reading in self._link_readings:
+            return
+        self._link_readings.add(reading)
         self.links.append(link)
 
     def p2p_status(self, src: str, dst: str, capability: str | None = None) -> list[P2PStatus]:

@@ -53,6 +53,10 @@ def format_speed(speed_gts: float | None) -> str:
     return f"{speed_gts:g} GT/s"
 
 
+# Lines kept per device: a few `lspci -vvv` blocks' worth (one is at most ~150 lines).
+MAX_DEVICE_SOURCES = 512
+
+
 @dataclass
 class PciLink:
     cap_speed_gts: float | None = None
@@ -180,7 +184,12 @@ class PciDevice:
 
     def add_source(self, ref: SourceRef | None) -> None:
         # Identity first: the same line object is offered many times while a block is parsed.
-        if ref is not None and not any(known is ref for known in self.sources) and ref not in self.sources[-8:]:
+        # Capped: a file holding the same `lspci -vv` many times over (a log of periodic runs) would
+        # otherwise make every add scan thousands of lines, minutes for a 50 MB file; the first
+        # blocks' lines are all a finding ever quotes.
+        if ref is None or len(self.sources) >= MAX_DEVICE_SOURCES:
+            return
+        if not any(known is ref for known in self.sources) and ref not in self.sources[-8:]:
             self.sources.append(ref)
 
     def to_json(self) -> dict:

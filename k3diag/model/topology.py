@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from k3diag.model.source import SourceRef
 
@@ -184,8 +185,12 @@ def pair_key(a: str, b: str) -> tuple[str, str]:
     return tuple(sorted((a, b), key=endpoint_sort_key))  # type: ignore[return-value]
 
 
+_ENDPOINT_NAME_RE = re.compile(r"^(GPU|NIC)(\d+)$")
+
+
+@lru_cache(maxsize=4096)  # called for every pair lookup; the names are few
 def endpoint_sort_key(name: str) -> tuple[int, str, int]:
-    match = re.match(r"^(GPU|NIC)(\d+)$", name)
+    match = _ENDPOINT_NAME_RE.match(name)
     if match:
         return (0 if match.group(1) == "GPU" else 1, match.group(1), int(match.group(2)))
     return (2, name, 0)

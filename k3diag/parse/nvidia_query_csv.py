@@ -145,7 +145,7 @@ def parse(section: Section, input_name: str) -> QueryCsvResult:
     for index in range(first_row, len(lines)):
         line = lines[index]
         stripped = line.strip()
-        if not stripped or stripped.startswith("nvidia-smi ") or prompt_command(line) is not None:
+        if not stripped or stripped.startswith(("nvidia-smi ", "nvidia-smi.exe ")) or prompt_command(line) is not None:
             continue
         parts = [part.strip() for part in line.split(", ")]
         if len(parts) != len(result.fields):

@@ -22,7 +22,7 @@ from k3diag.parse.text import Section, normalize
 # A line that begins a `topo -m` (or `topo -p2p`, which prints the same header) output: the
 # header row, possibly glued to the command line that printed it.
 START_RE = re.compile(
-    r"^\s*(?:.*\bnvidia-smi\s+topo\s+\S+\s+)?GPU0\s+(?:GPU1|NIC0|mlx\d+_\d+|CPU\s+Affinity)\b"
+    r"^\s*(?:.*\bnvidia-smi(?:\.exe)?\s+topo\s+\S+\s+)?GPU0\s+(?:GPU1|NIC0|mlx\d+_\d+|CPU\s+Affinity)\b"
 )
 
 TOPOLOGY_CODES = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "PSB"})
@@ -153,7 +153,7 @@ def bare_command(lines: list[str]) -> str | None:
         stripped = line.strip()
         if not stripped:
             continue
-        if stripped.startswith("nvidia-smi "):
+        if stripped.startswith(("nvidia-smi ", "nvidia-smi.exe ")):
             return stripped
         return None
     return None

@@ -16,8 +16,19 @@ _PROMPT_RE = re.compile(
     r"^\s*(?:\([^)]*\)\s*)?(?:"
     r"[\w.-]+@[\w.-]+(?::[^$#\s]*)?\s*[$#%]"  # user@host:path$
     r"|\[[^\]]*@[^\]]*\]\s*[$#]"  # [root@host ~]#
+    r"|PS\s+[^>\n]*>"  # PowerShell: PS C:\Users\me>
     r"|[$#%>]"  # bare prompt
     r")\s+(?P<command>\S.*)$"
+)
+# A prompt that cannot be mistaken for output (`user@host:~$`, `[root@host ~]#`, `PS C:\>`), with any
+# command or none: the paste moved on from the output above it. Lone `$`/`#`/`>` are left out
+# because tool outputs print such lines (nccl-tests starts its comment lines with `#`).
+_SHELL_PROMPT_RE = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?(?:"
+    r"[\w.-]+@[\w.-]+(?::[^$#\s]*)?\s*[$#%]"
+    r"|\[[^\]]*@[^\]]*\]\s*[$#]"
+    r"|PS\s+[^>\n]*>"
+    r")(?:\s+.*)?$"
 )
 _KNOWN_COMMANDS = (
     "nvidia-smi",
@@ -51,7 +62,10 @@ def strip_ansi(text: str) -> str:
 
 
 def normalize(text: str) -> str:
-    """Drop ANSI codes and carriage returns; keep everything else as printed."""
+    """Drop ANSI codes, carriage returns and byte order marks; keep everything else as printed."""
+    if "\ufeff" in text:
+        # Files saved on Windows start with one; `cat a.txt b.txt > all.txt` puts more in the middle.
+        text = text.replace("\ufeff", "")
     if "\x1b" in text:
         text = strip_ansi(text)
     if "\r" in text:
@@ -73,6 +87,49 @@ def prompt_command(line: str) -> str | None:
     if any(lowered.startswith(known) or f" {known}" in lowered for known in _KNOWN_COMMANDS):
         return command
     return None
+
+
+def is_shell_prompt(line: str) -> bool:
+    """A line that is an unmistakable shell prompt, with or without a command after it."""
+    return bool(_SHELL_PROMPT_RE.match(line))
+
+
+# Byte order marks, longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"),
+    (b"\xfe\xff", "utf-16"),
+)
+
+
+def detect_encoding(head: bytes) -> str:
+    """The codec a saved output was written in, from its first bytes.
+
+    Windows PowerShell 5.1 writes `>` redirections and `Out-File` as UTF-16 LE with a byte order
+    mark, and Notepad adds a UTF-8 one; the unmarked UTF-16 that some editors save is recognized by
+    its pattern of NUL bytes (every other byte is NUL in ASCII text). Anything else is read as UTF-8.
+    """
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec
+    sample = head[:4096]
+    pairs = len(sample) // 2
+    if pairs < 2:
+        return "utf-8"
+    even_nuls = sum(1 for byte in sample[0 : 2 * pairs : 2] if byte == 0)
+    odd_nuls = sum(1 for byte in sample[1 : 2 * pairs : 2] if byte == 0)
+    if odd_nuls > pairs * 0.6 and even_nuls < pairs * 0.05:
+        return "utf-16-le"
+    if even_nuls > pairs * 0.6 and odd_nuls < pairs * 0.05:
+        return "utf-16-be"
+    return "utf-8"
+
+
+def decode_text(data: bytes, encoding: str | None = None) -> str:
+    """Bytes to text in `encoding` (detected when not given); undecodable bytes are replaced."""
+    return data.decode(encoding or detect_encoding(data), errors="replace")
 
 
 def looks_binary(sample: bytes) -> bool:
