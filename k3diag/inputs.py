@@ -21,8 +21,16 @@ def evidence_from_paths(paths: list[Path]) -> tuple[list[Evidence], list[InputRe
     problems: list[InputRecord] = []
     for path in paths:
         name = str(path)
-        if not path.exists() and not path.is_symlink():
-            problems.append(_problem(name, f"{name} does not exist; check the path"))
+        if name == "-":
+            problems.append(_problem(name, "reading standard input (-) is not supported; save the output to a file "
+                                           "and give its path"))
+            continue
+        if not path.exists():
+            if path.is_symlink():
+                problems.append(_problem(name, f"{name} is a symbolic link to {os.readlink(path)}, which does not "
+                                               "exist; check the path"))
+            else:
+                problems.append(_problem(name, f"{name} does not exist; check the path"))
             continue
         if _is_bundle(path):
             from k3diag.bundle import BundleError, read_bundle
@@ -81,6 +89,11 @@ def _walk_folder(folder: Path) -> tuple[list[Evidence], list[InputRecord]]:
             path = Path(current) / file_name
             if path.is_symlink():
                 problems.append(_problem(str(path), f"{path} is a symbolic link and was not followed"))
+                continue
+            if not path.is_file():
+                # Opening a FIFO blocks until someone writes to it: never open what is not a plain file.
+                problems.append(_problem(str(path), f"{path} is not a regular file (a device, socket or pipe) "
+                                                    "and was skipped"))
                 continue
             count += 1
             if count > MAX_FOLDER_FILES:

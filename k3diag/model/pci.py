@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3diag.model.source import SourceRef
+from k3diag.model.source import MAX_SOURCES_PER_RECORD, SourceRef
 
 ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
 
@@ -51,10 +51,6 @@ def format_speed(speed_gts: float | None) -> str:
     if speed_gts is None:
         return "unknown speed"
     return f"{speed_gts:g} GT/s"
-
-
-# Lines kept per device: a few `lspci -vvv` blocks' worth (one is at most ~150 lines).
-MAX_DEVICE_SOURCES = 512
 
 
 @dataclass
@@ -184,10 +180,8 @@ class PciDevice:
 
     def add_source(self, ref: SourceRef | None) -> None:
         # Identity first: the same line object is offered many times while a block is parsed.
-        # Capped: a file holding the same `lspci -vv` many times over (a log of periodic runs) would
-        # otherwise make every add scan thousands of lines, minutes for a 50 MB file; the first
-        # blocks' lines are all a finding ever quotes.
-        if ref is None or len(self.sources) >= MAX_DEVICE_SOURCES:
+        # Capped (see MAX_SOURCES_PER_RECORD): the first blocks' lines are all a finding quotes.
+        if ref is None or len(self.sources) >= MAX_SOURCES_PER_RECORD:
             return
         if not any(known is ref for known in self.sources) and ref not in self.sources[-8:]:
             self.sources.append(ref)

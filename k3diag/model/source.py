@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Lines a GPU or PCIe device keeps as its evidence: a few outputs' worth (one `lspci -vvv` block is at
+# most ~150 lines). A file repeating one output thousands of times (a log of a command run in a loop)
+# would otherwise make every "already kept?" check scan thousands of lines: minutes, not seconds.
+MAX_SOURCES_PER_RECORD = 512
+
 
 @dataclass(frozen=True)
 class SourceRef:
