@@ -14,7 +14,14 @@ from typing import Iterable
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.parse.registry import FormatSpec, available_formats, merger, parser_module, spec_named
-from k3diag.parse.text import Section, is_shell_prompt, looks_binary, normalize, prompt_command
+from k3diag.parse.text import (
+    Section,
+    compressed_kind,
+    is_shell_prompt,
+    looks_binary,
+    normalize,
+    prompt_command,
+)
 
 SNIFF_THRESHOLD = 0.5
 SNIFF_CHARS = 64 * 1024
@@ -93,9 +100,16 @@ def ingest(item: Evidence, machine: Machine) -> None:
     head_text = head.decode(item.encoding, errors="replace")
     if looks_binary(head if item.encoding == "utf-8" else head_text.encode("utf-8")):
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
-        record.warnings.append(
-            f"{item.name} looks like binary data, not the text output of a tool; give the saved text output instead"
-        )
+        compressed = compressed_kind(head)
+        if compressed is not None:
+            kind, unpack = compressed
+            record.warnings.append(
+                f"{item.name} is {kind}; unpack it first (`{unpack} {item.name}`) and give the unpacked files"
+            )
+        else:
+            record.warnings.append(
+                f"{item.name} looks like binary data, not the text output of a tool; give the saved text output instead"
+            )
         machine.inputs.append(record)
         return
 

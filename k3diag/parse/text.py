@@ -132,6 +132,24 @@ def decode_text(data: bytes, encoding: str | None = None) -> str:
     return data.decode(encoding or detect_encoding(data), errors="replace")
 
 
+# Magic numbers of the compressors people use on logs, and the command that undoes each.
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip-compressed", "gunzip -k"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k"),
+    (b"BZh", "bzip2-compressed", "bunzip2 -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd"),
+    (b"PK\x03\x04", "a zip archive", "unzip"),
+)
+
+
+def compressed_kind(head: bytes) -> tuple[str, str] | None:
+    """(what it is, the command that unpacks it) for a compressed file, from its magic number."""
+    for magic, kind, command in _COMPRESSED:
+        if head.startswith(magic):
+            return kind, command
+    return None
+
+
 def looks_binary(sample: bytes) -> bool:
     """NUL bytes or mostly undecodable bytes: not a text output we can read."""
     if not sample:

@@ -121,6 +121,24 @@ def test_nul_bytes_are_still_binary_not_utf16(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "suffix, compress, kind, unpack",
+    [
+        (".gz", lambda b: __import__("gzip").compress(b), "gzip-compressed", "gunzip -k"),
+        (".xz", lambda b: __import__("lzma").compress(b), "xz-compressed", "unxz -k"),
+        (".bz2", lambda b: __import__("bz2").compress(b), "bzip2-compressed", "bunzip2 -k"),
+    ],
+)
+def test_compressed_log_says_how_to_unpack_it(tmp_path: Path, suffix: str, compress, kind: str, unpack: str) -> None:
+    path = tmp_path / f"nccl.log{suffix}"
+    path.write_bytes(compress(NCCL_LOG.read_bytes()))
+    code, report = _report([str(path)])
+    assert code == 3
+    assert report["inputs"][0]["warnings"] == [
+        f"{path} is {kind}; unpack it first (`{unpack} {path}`) and give the unpacked files"
+    ]
+
+
 # -- things that are not plain files --------------------------------------------------------------
 
 
