@@ -228,41 +228,31 @@ def _parse_section(
     size: int | None,
     truncated: bool = False,
 ) -> None:
-    name = item.name
-    record = InputRecord(path=name, format=spec.name, size_bytes=size, command=section.command or item.command)
+    record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=section.command or item.command)
     if truncated:
         record.warnings.append(
-            f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of {name} were read; split the file to analyze the rest"
+            f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of {item.name} were read; "
+            "split the file to analyze the rest"
         )
-    module = parser_module(spec)
-    try:
-        result = module.parse(section, name)
-    except Exception as exc:  # a parser bug must cost one input, not the report
-        record.warnings.append(f"the {spec.name} parser failed on this input ({type(exc).__name__}: {exc}); "
-                               "please report it with the file attached")
-        machine.inputs.append(record)
-        return
-    record.warnings.extend(getattr(result, "warnings", []) or [])
-    machine.inputs.append(record)
-    merge = merger(spec)
-    if merge is not None:
-        try:
-            merge(result, machine, record)
-        except Exception as exc:
-            record.warnings.append(f"could not merge {spec.name} facts ({type(exc).__name__}: {exc})")
+    _run_parser(spec, lambda module: module.parse(section, item.name), item, machine, record)
 
 
 def _parse_stream(spec: FormatSpec, item: Evidence, machine: Machine, size: int | None) -> None:
     record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=item.command)
-    module = parser_module(spec)
+    _run_parser(spec, lambda module: module.parse_stream(item.iter_lines(), item.name), item, machine, record)
+
+
+def _run_parser(spec: FormatSpec, call, item: Evidence, machine: Machine, record: InputRecord) -> None:
+    """Parse, record the input, merge: a parser or merger bug costs this one input, never the report."""
     try:
-        result = module.parse_stream(item.iter_lines(), item.name)
-    except OSError as exc:
+        result = call(parser_module(spec))
+    except OSError as exc:  # a streamed file that became unreadable part way
         record.warnings.append(f"reading {item.name} failed part way: {exc}")
         machine.inputs.append(record)
         return
     except Exception as exc:
-        record.warnings.append(f"the {spec.name} parser failed ({type(exc).__name__}: {exc}); please report it")
+        record.warnings.append(f"the {spec.name} parser failed on this input ({type(exc).__name__}: {exc}); "
+                               "please report it with the file attached")
         machine.inputs.append(record)
         return
     record.warnings.extend(getattr(result, "warnings", []) or [])
