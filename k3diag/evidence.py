@@ -64,7 +64,7 @@ class Evidence:
     def encoding(self) -> str:
         """UTF-8 unless the content says otherwise (a byte order mark, UTF-16's NUL pattern)."""
         if self._encoding is None:
-            from k3diag.parse.text import detect_encoding
+            from k3diag.textcodec import detect_encoding
 
             try:
                 self._encoding = detect_encoding(self.head(4096))

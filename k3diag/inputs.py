@@ -109,7 +109,7 @@ def _problem(name: str, message: str) -> InputRecord:
 
 def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
     """Build the model from saved evidence. Returns the machine and the one-sentence problems met."""
-    from k3diag.model.build import build_machine
+    from k3diag.join.build import build_machine
 
     evidence, problems = evidence_from_paths(paths)
     machine = Machine()
@@ -124,7 +124,7 @@ def load_live_machine(
 ) -> tuple[Machine, list[Evidence]]:
     """Collect from this host and build the model; also returns the evidence (for `collect`)."""
     from k3diag.collect.live import collect_live
-    from k3diag.model.build import build_machine
+    from k3diag.join.build import build_machine
 
     evidence = collect_live(root=root, timeout_s=timeout_s, progress=progress)
     machine = build_machine(evidence, Machine(live=True))

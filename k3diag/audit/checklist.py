@@ -143,7 +143,7 @@ def audit_bundle(path: Path, model: str | None = None, spec_path: Path | None = 
     """
     from k3diag.analyze.engine import run_rules
     from k3diag.bundle import DEFAULT_LIMITS, read_bundle
-    from k3diag.model.build import build_machine
+    from k3diag.join.build import build_machine
 
     spec = None
     if spec_path is not None:

@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 
 from k3diag.evidence import Evidence
+from k3diag.model.ids import parse_cpulist  # noqa: F401  (re-exported: callers import it from here)
 
 
 def _read(path: Path) -> str | None:
@@ -21,22 +22,6 @@ def _read(path: Path) -> str | None:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """Expand a kernel cpulist such as `0-3,8,10-11`."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            low, _, high = part.partition("-")
-            if low.isdigit() and high.isdigit():
-                cpus.extend(range(int(low), int(high) + 1))
-        elif part.isdigit():
-            cpus.append(int(part))
-    return cpus
 
 
 def read_host(root: Path = Path("/")) -> dict:

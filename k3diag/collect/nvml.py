@@ -221,7 +221,7 @@ def read_all(backend: NvmlBackend) -> dict[str, Any]:
 
 
 def _read_device(backend: NvmlBackend, index: int) -> dict[str, Any]:
-    from k3diag.parse.ids import normalize_bdf
+    from k3diag.model.ids import normalize_bdf
 
     bus_id = _read(lambda: backend.bus_id(index))
     sysfs_node = _read(lambda: backend.sysfs_numa_node(bus_id)) if bus_id else None
@@ -274,7 +274,7 @@ def _pair_nvlinks(a: dict, b: dict, bus_to_index: dict[str, int]) -> int | None:
     On NVSwitch boards every link goes to a switch; nvidia-smi then prints NV<links> for every
     pair, and one link down on a GPU lowers every pair it is part of.
     """
-    from k3diag.parse.ids import normalize_bdf
+    from k3diag.model.ids import normalize_bdf
 
     if not a["nvlinks"] and not b["nvlinks"]:
         return 0  # PCIe cards: NVML answers "not supported" for link 0
@@ -363,7 +363,7 @@ class PynvmlBackend:
         return int(self._nvml.nvmlDeviceGetNumaNodeId(self._handle(index)))
 
     def sysfs_numa_node(self, bus_id: str) -> int | None:
-        from k3diag.parse.ids import normalize_bdf
+        from k3diag.model.ids import normalize_bdf
 
         path = self._sysfs_root / "sys/bus/pci/devices" / normalize_bdf(bus_id) / "numa_node"
         value = int(path.read_text().strip())
@@ -498,7 +498,7 @@ class FakeNvmlBackend:
         return self._value("gpu_numa_id", self._device(index).get("gpu_numa_id"))
 
     def sysfs_numa_node(self, bus_id: str) -> int | None:
-        from k3diag.parse.ids import normalize_bdf
+        from k3diag.model.ids import normalize_bdf
 
         for device in self.readings["devices"]:
             if device.get("bus_id") and normalize_bdf(device["bus_id"]) == normalize_bdf(bus_id):

@@ -2,7 +2,7 @@
 
 `rocm-smi --showtopo` names GPUs by index, `amd-smi topology` by PCI bus id (its `--json`
 adds amd-smi's own index), amdsmi readings by both. The parsers keep whatever identity the
-tool printed; `k3diag.model.merge_amd` decides which `Machine` GPU each one is.
+tool printed; `k3diag.join.merge_amd` decides which `Machine` GPU each one is.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The normalized model of one host: everything every source said, joined by identity.
 
-Parsers produce typed records; `k3diag.model.build` merges them into one `Machine`, and the
+Parsers produce typed records; `k3diag.join.build` merges them into one `Machine`, and the
 analyzer reads only this. Live collection and saved files end up here the same way.
 """
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from k3diag.model.bench import Benchmark
 from k3diag.model.host import HostInfo
+from k3diag.model.identity import InputIdentity
 from k3diag.model.nccl import NcclRun
 from k3diag.model.pci import PciDevice
 from k3diag.model.topology import Gpu, Link, Nic, P2PStatus, endpoint_sort_key, pair_key, path_rank
@@ -25,6 +26,9 @@ class InputRecord:
     warnings: list[str] = field(default_factory=list)
     size_bytes: int | None = None
     command: str | None = None
+    # Which machine this input says it came from (host name, GPU UUIDs, bus ids...): the parser
+    # sets `identity` on its result, or `k3diag.join.identity` reads it; the join groups by it.
+    identity: InputIdentity = field(default_factory=InputIdentity, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {
@@ -80,7 +84,7 @@ class Machine:
     def gpu_by_bus_id(self, bus_id: str | None) -> Gpu | None:
         if not bus_id:
             return None
-        from k3diag.parse.ids import normalize_bdf
+        from k3diag.model.ids import normalize_bdf
 
         wanted = normalize_bdf(bus_id)
         for gpu in self.gpus.values():
@@ -127,7 +131,7 @@ class Machine:
     def pci_device(self, bdf: str | None) -> PciDevice | None:
         if not bdf:
             return None
-        from k3diag.parse.ids import normalize_bdf
+        from k3diag.model.ids import normalize_bdf
 
         wanted = normalize_bdf(bdf)
         for dev in self.pci:

@@ -29,7 +29,7 @@ from k3diag.model.pci import (
     PciDevice,
 )
 from k3diag.model.source import SourceRef
-from k3diag.parse.ids import normalize_bdf
+from k3diag.model.ids import normalize_bdf
 
 # Path classes as `nvidia-smi topo -m` names them, best first.
 PATH_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")

@@ -38,7 +38,7 @@ def _compress(cpus: list[int]) -> str:
 
 
 def parse(section: Section, input_name: str) -> HostReadingsResult:
-    from k3diag.collect.host import parse_cpulist
+    from k3diag.model.ids import parse_cpulist
 
     try:
         data = json.loads(section.text)

@@ -1,47 +1,8 @@
-"""PCI bus id spellings, normalized so facts from different tools join on the same device."""
+"""PCI bus id spellings: the functions live in `k3diag.model.ids` (the model indexes by bus id);
+re-exported here for the parsers that have always imported them from this module."""
 
 from __future__ import annotations
 
-import re
+from k3diag.model.ids import bdf_from_nccl_busid, is_bdf, normalize_bdf, parse_cpulist
 
-# nvidia-smi prints 00000000:1B:00.0 (8-digit domain), lspci 0000:1b:00.0 or 1b:00.0,
-# NCCL 1b000 or 0x1b000 (bus<<12 | device<<4... as a packed busId), sysfs 0000:1b:00.0.
-_BDF_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
-)
-
-
-def normalize_bdf(text: str) -> str:
-    """Return `dddd:bb:dd.f` in lower case, or the input stripped if it is not a BDF."""
-    cleaned = text.strip()
-    match = _BDF_RE.match(cleaned)
-    if not match:
-        return cleaned.lower()
-    domain = int(match.group("domain") or "0", 16)
-    return f"{domain:04x}:{int(match.group('bus'), 16):02x}:{int(match.group('dev'), 16):02x}.{match.group('fn')}"
-
-
-def is_bdf(text: str) -> bool:
-    return bool(_BDF_RE.match(text.strip()))
-
-
-def bdf_from_nccl_busid(text: str) -> str | None:
-    """NCCL prints a rank's bus id as the hex of (domain<<20 | bus<<12 | device<<4 ... ) e.g. `1b000`, `bc000`.
-
-    In NCCL's log lines the bracketed value is busId formatted with %lx: domain, bus,
-    device and function packed as 0xDDDDBBddf where the last hex digit is function and the
-    one before it the device (a `1b000` is 0000:1b:00.0).
-    """
-    cleaned = text.strip().lower()
-    if cleaned.startswith("0x"):
-        cleaned = cleaned[2:]
-    if not re.fullmatch(r"[0-9a-f]{4,12}", cleaned):
-        return None
-    value = int(cleaned, 16)
-    function = value & 0xF
-    device = (value >> 4) & 0xFF
-    bus = (value >> 12) & 0xFF
-    domain = value >> 20
-    if function > 7 or device > 0x1F:
-        return None
-    return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
+__all__ = ["bdf_from_nccl_busid", "is_bdf", "normalize_bdf", "parse_cpulist"]

@@ -17,7 +17,7 @@ from k3diag.collect.amdsmi import (
     pcie_generation,
     read_amdsmi,
 )
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.parse import amdsmi_readings
 from k3diag.parse.text import Section
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k3diag.model.machine import InputRecord, Machine
-from k3diag.model.merge_amd import merge_amd_smi, merge_amdsmi, merge_rocm_smi
+from k3diag.join.merge_amd import merge_amd_smi, merge_amdsmi, merge_rocm_smi
 from k3diag.parse import amd_smi, amdsmi_readings, rocm_bandwidth, rocm_smi
 from k3diag.parse.text import Section
 

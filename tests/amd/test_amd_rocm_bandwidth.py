@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine, split_sections
+from k3diag.join.build import build_machine
+from k3diag.parse.detect import split_sections
 from k3diag.parse import rocm_bandwidth
 from k3diag.parse.text import Section
 

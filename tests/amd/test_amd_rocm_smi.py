@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine, detect
+from k3diag.join.build import build_machine
+from k3diag.parse.detect import detect
 from k3diag.parse import rocm_smi
 from k3diag.parse.text import Section
 

@@ -11,7 +11,7 @@ from k3diag.analyze.engine import run_rules
 from k3diag.analyze.rules import amd as rules
 from k3diag.collect.amdsmi import FakeAmdSmiBackend, collect_amdsmi
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.machine import Machine
 from k3diag.model.nccl import NcclRun
 from k3diag.model.source import SourceRef

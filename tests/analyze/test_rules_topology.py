@@ -9,7 +9,7 @@ from k3diag.analyze.finding import Finding
 from k3diag.analyze.rules import topology
 from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.machine import Machine
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

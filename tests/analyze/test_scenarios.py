@@ -7,7 +7,7 @@ from pathlib import Path
 from k3diag.analyze.pipeline import analyze_machine
 from k3diag.evidence import Evidence
 from k3diag.inputs import load_machine
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from k3diag.collect.host import collect_host, parse_cpulist, read_host
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 
 
 def test_parse_cpulist() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from k3diag.collect import nvml
 from k3diag.collect.nvml import FakeNvmlBackend, NvmlUnavailable, collect_nvml
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 
 NVML_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 PCIE_BOX = NVML_FIXTURES / "pcie-8x-l40s-dual-socket-gpu2-x8.json"

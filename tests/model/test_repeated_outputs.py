@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.machine import Machine
 from k3diag.model.source import MAX_SOURCES_PER_RECORD
 from k3diag.model.topology import Link

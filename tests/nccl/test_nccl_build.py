@@ -8,7 +8,7 @@ import json
 from conftest import fixture_path
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 
 
 def build(*names: tuple[str, str]):

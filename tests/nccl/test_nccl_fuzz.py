@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from k3diag.analyze.rules import benchmarks as bench_rules
 from k3diag.analyze.rules import nccl as nccl_rules
 from k3diag.model.machine import Machine
-from k3diag.model.merge_bench import merge_benchmark
-from k3diag.model.merge_nccl import merge_nccl_log, merge_topo_xml
+from k3diag.join.merge_bench import merge_benchmark
+from k3diag.join.merge_nccl import merge_nccl_log, merge_topo_xml
 from k3diag.parse import nccl_log, nccl_tests, nccl_topo_xml, nvbandwidth, p2p_bandwidth
 from k3diag.parse.text import Section
 

@@ -11,10 +11,10 @@ from k3diag.analyze.rules import benchmarks as bench_rules
 from k3diag.analyze.rules import nccl as nccl_rules
 from k3diag.evidence import Evidence
 from k3diag.model.bench_records import NcclTestsBenchmark, NcclTestsDevice, NcclTestsMeasure, NcclTestsRow
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.machine import Machine
-from k3diag.model.merge_bench import merge_benchmark
-from k3diag.model.merge_nccl import merge_nccl_log
+from k3diag.join.merge_bench import merge_benchmark
+from k3diag.join.merge_nccl import merge_nccl_log
 from k3diag.model.topology import Link, P2PStatus
 from k3diag.parse import nccl_log, nccl_tests, p2p_bandwidth
 from k3diag.parse.text import Section

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NVIDIA = FIXTURES / "nvidia"

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3diag.model.build import detect, split_sections
+from k3diag.parse.detect import detect, split_sections
 from k3diag.parse import nvidia_query_csv as csv
 from k3diag.parse.text import Section, normalize
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine, detect, split_sections
+from k3diag.join.build import build_machine
+from k3diag.parse.detect import detect, split_sections
 from k3diag.parse.text import normalize
 
 NVIDIA = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"

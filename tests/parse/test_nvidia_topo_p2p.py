@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3diag.model.build import detect, split_sections
+from k3diag.parse.detect import detect, split_sections
 from k3diag.parse import nvidia_topo_p2p as p2p
 from k3diag.parse.text import Section, normalize
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3diag.model.build import split_sections
+from k3diag.parse.detect import split_sections
 from k3diag.parse.text import decode_text, detect_encoding, is_shell_prompt, looks_binary, normalize, prompt_command
 
 HEADER = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"

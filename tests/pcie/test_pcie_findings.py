@@ -7,9 +7,9 @@ from pcie_paths import PCIE, SYSFS
 from k3diag.analyze.engine import run_rules
 from k3diag.collect.sysfs import collect_platform
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.machine import Machine
-from k3diag.model.merge_pci import attach_endpoints, update_iommu_mode
+from k3diag.join.merge_pci import attach_endpoints, update_iommu_mode
 from k3diag.model.pci import DmesgEvent, PciDevice, PciLink, platform_state
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu, Link

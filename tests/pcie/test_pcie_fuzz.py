@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.machine import InputRecord, Machine
-from k3diag.model.merge_pci import merge_dmesg, merge_lspci, merge_lspci_tree, merge_sysfs
+from k3diag.join.merge_pci import merge_dmesg, merge_lspci, merge_lspci_tree, merge_sysfs
 from k3diag.parse import dmesg, kernel_cmdline, lspci, lspci_tree, sysfs_snapshot
 from k3diag.parse.text import Section
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pcie_paths import PCIE, section
 
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.evidence import Evidence
 from k3diag.parse import dmesg, kernel_cmdline
 from k3diag.parse.text import Section

@@ -9,7 +9,7 @@ import sys
 from pcie_paths import REPO, SYSFS
 
 from k3diag.collect.sysfs import collect_platform, filter_dmesg, read_snapshot
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.parse.sysfs_snapshot import parse_speed
 
 

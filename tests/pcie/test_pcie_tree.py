@@ -6,7 +6,7 @@ from pcie_paths import PCIE, SYSFS
 
 from k3diag.collect.sysfs import collect_platform
 from k3diag.evidence import Evidence
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.model.pci import PciDevice, PciLink
 from k3diag.model.pcie_tree import PcieTree, build_tree, gpu_endpoints, nic_endpoints
 

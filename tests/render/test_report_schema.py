@@ -12,7 +12,7 @@ import pytest
 from k3diag.analyze.pipeline import analyze_machine
 from k3diag.collect.host import collect_host
 from k3diag.inputs import load_machine
-from k3diag.model.build import build_machine
+from k3diag.join.build import build_machine
 from k3diag.render.json_report import build_report, dumps
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -12,7 +12,7 @@ from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.pci import DmesgEvent, platform_state
 from k3diag.model.pcie_tree import build_tree
-from k3diag.parse.ids import normalize_bdf
+from k3diag.model.ids import normalize_bdf
 
 # Xid meanings from NVIDIA's Xid catalog, with how bad each is for a serving host.
 XID_MEANINGS: dict[int, tuple[str, str]] = {

@@ -17,7 +17,7 @@ def merge_benchmark(result, machine: Machine, record: InputRecord | None = None)
         machine.benchmarks.append(bench)
     nccl = getattr(result, "nccl", None)
     if nccl is not None and getattr(nccl, "runs", None):
-        from k3diag.model.merge_nccl import merge_nccl_log
+        from k3diag.join.merge_nccl import merge_nccl_log
 
         merge_nccl_log(nccl, machine, record)
 

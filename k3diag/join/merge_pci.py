@@ -22,7 +22,7 @@ from k3diag.model.pcie_tree import is_gpu_device
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu
 from k3diag.parse.dmesg import DmesgResult
-from k3diag.parse.ids import normalize_bdf
+from k3diag.model.ids import normalize_bdf
 from k3diag.parse.kernel_cmdline import KernelCmdline, interpret
 from k3diag.parse.lspci import LspciResult, vendor_for
 from k3diag.parse.lspci_tree import LspciTreeResult

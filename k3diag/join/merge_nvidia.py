@@ -14,7 +14,7 @@ from typing import Any
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu, Link, P2PStatus, PcieLinkState, pair_key
-from k3diag.parse.ids import normalize_bdf
+from k3diag.model.ids import normalize_bdf
 
 _GPU_RE = re.compile(r"^GPU(\d+)$")
 _NEAR_PATHS = {"PIX", "PXB", "PSB", "PHB", "NODE"}  # all stay inside one NUMA node
