@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from k3diag.analyze.finding import SEVERITY_ORDER, Finding
+from k3diag.analyze.finding import KIND_DESIGN, SEVERITY_ORDER, Finding, Rule, finding_kind
 from k3diag.analyze.rules import all_rules
 from k3diag.model.machine import Machine
 from k3diag.model.topology import endpoint_sort_key
@@ -18,15 +18,52 @@ def run_rules(machine: Machine) -> list[Finding]:
             machine.note("analyzer", f"rule {rule.id} failed ({type(exc).__name__}: {exc}); its checks were skipped")
             continue
         for finding in produced:
+            finding.kind = finding_kind(finding, rule)
+        produced = fold_design_findings(rule, produced)
+        for finding in produced:
             if finding.key in seen:
                 continue
             seen.add(finding.key)
             findings.append(finding)
-    known = {finding.key for finding in findings}
+    # A cause may name a key that a design finding stands in for (`gpu-pair-sys@GPU0,GPU4`).
+    canonical = {finding.key: finding.key for finding in findings}
     for finding in findings:
-        finding.causes = sorted({cause for cause in finding.causes if cause in known and cause != finding.key})
+        for alias in finding.aliases:
+            canonical.setdefault(alias, finding.key)
+    for finding in findings:
+        finding.causes = sorted({canonical[cause] for cause in finding.causes
+                                 if cause in canonical and canonical[cause] != finding.key})
     _reduce_causes(findings)
     return sort_findings(findings)
+
+
+def fold_design_findings(rule: Rule, produced: list[Finding]) -> list[Finding]:
+    """A design property is one advisory finding per machine (docs/findings/README.md). A rule written
+    per pair or per GPU gets its design findings folded into one that answers to every original key."""
+    designs = [finding for finding in produced if finding.kind == KIND_DESIGN]
+    for finding in designs:
+        finding.severity = "info"
+    if len(designs) < 2:
+        return produced
+    first = designs[0]
+    cases = [", ".join(f.subjects) for f in designs if f.subjects]
+    listed = "; ".join(cases[:8]) + (f"; and {len(cases) - 8} more" if len(cases) > 8 else "")
+    folded = Finding(
+        id=rule.id,
+        severity="info",
+        subjects=[],
+        title=f"{rule.title} ({len(designs)} cases)",
+        explanation=f"{first.explanation} The same holds for: {listed}." if listed else first.explanation,
+        evidence=list(dict.fromkeys(ref for f in designs for ref in f.evidence))[:4],
+        remedy=first.remedy,
+        causes=sorted({cause for f in designs for cause in f.causes}),
+        confirm_with=first.confirm_with,
+        data={"cases": [{"subjects": list(f.subjects), **f.data} for f in designs]},
+        kind=KIND_DESIGN,
+        aliases=sorted({key for f in designs for key in (f.key, *f.aliases)}),
+    )
+    others = [finding for finding in produced if finding.kind != KIND_DESIGN]
+    return [folded, *others]
 
 
 def _reduce_causes(findings: list[Finding]) -> None:

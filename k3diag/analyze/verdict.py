@@ -9,10 +9,9 @@ from k3diag.analyze.finding import Finding
 from k3diag.model.machine import Machine
 from k3diag.model.topology import nvlink_count, path_rank
 
-EXIT_OK = 0
-EXIT_WARN = 1
-EXIT_FAIL = 2
-EXIT_NOTHING = 3
+from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
+
+EXIT_NOTHING = EXIT_UNKNOWN  # the name earlier callers imported
 
 # Path codes good enough that TP inside a group costs little, and ones that hurt.
 _GOOD_PATHS = {"PIX", "PSB", "PXB", "XGMI"}
@@ -144,14 +143,16 @@ def _fmt_groups(groups: list[list[int]]) -> str:
 
 
 def exit_code_for(machine: Machine, findings: list[Finding], fail_on: str = "warn") -> int:
+    """0 ok, 1 warnings, 2 failures, 3 cannot be judged (k3diag.exit_codes). A machine on which GPUs were
+    looked for and none was found cannot pass: it is unknown unless a failure (a hung nvidia-smi) explains it."""
     if not machine.analyzable:
-        return EXIT_NOTHING
-    has_fail = any(f.severity == "fail" for f in findings)
-    has_warn = any(f.severity == "warn" for f in findings)
+        return EXIT_UNKNOWN
     if fail_on == "never":
         return EXIT_OK
-    if has_fail:
+    if any(f.severity == "fail" for f in findings):
         return EXIT_FAIL
-    if has_warn and fail_on == "warn":
+    if any(f.id == "no-gpu-found" for f in findings):
+        return EXIT_UNKNOWN
+    if fail_on == "warn" and any(f.severity == "warn" for f in findings):
         return EXIT_WARN
     return EXIT_OK

@@ -40,6 +40,8 @@ def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list
         from k3diag.render.terminal import make_console, render
 
         render(analysis, make_console(), title)
-        if code == 3:
+        if code == 3 and not machine.analyzable:
             typer.echo("Nothing could be analyzed: no input held a format k3diag reads (see Inputs above).", err=True)
+        elif code == 3:
+            typer.echo("No GPU was found, so this machine cannot be assessed (exit 3).", err=True)
     return code

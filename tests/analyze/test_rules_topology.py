@@ -34,20 +34,22 @@ def test_every_rule_has_a_doc_page() -> None:
             assert heading in text, (rule.id, heading)
 
 
-def test_sys_pairs_on_the_dual_socket_4090_box() -> None:
+def test_sys_pairs_are_one_design_finding_for_the_dual_socket_4090_box() -> None:
     machine = machine_of("topo-m-8x4090-dual-socket-sys-tabs.txt")
-    findings = run(topology.check_gpu_pair_sys, machine)
-    assert len(findings) == 28  # every pair of this box is SYS, even within a socket
-    first = findings[0]
-    assert (first.id, first.severity, first.subjects) == ("gpu-pair-sys", "warn", ["GPU0", "GPU1"])
-    assert first.evidence[0].line == 2 and "SYS" in first.evidence[0].text
-    assert "NUMA node 0: GPU 0, 1, 2, 3; NUMA node 1: GPU 4, 5, 6, 7" in first.remedy
-    assert first.confirm_with == "nvidia-smi topo -p -i 0,1"
+    [finding] = run(topology.check_gpu_pair_sys, machine)  # one per machine, not 28 per pair
+    assert (finding.id, finding.severity, finding.subjects) == ("gpu-pair-sys", "info", [])
+    assert finding.title.startswith("28 GPU pair(s) cross the CPU interconnect (SYS)")
+    assert len(finding.data["pairs"]) == 28  # every pair of this box is SYS, even within a socket
+    assert "gpu-pair-sys@GPU0,GPU1" in finding.aliases and len(finding.aliases) == 28
+    assert finding.evidence[0].line == 2 and "SYS" in finding.evidence[0].text
+    assert "NUMA node 0: GPU 0, 1, 2, 3; NUMA node 1: GPU 4, 5, 6, 7" in finding.explanation
+    assert finding.confirm_with == "nvidia-smi topo -p -i 0,1"
 
 
 def test_nvlink_pairs_are_never_sys() -> None:
     machine = machine_of("topo-m-dgx1-v100-mlx5-tabs.txt")
-    pairs = {tuple(f.subjects) for f in run(topology.check_gpu_pair_sys, machine)}
+    [finding] = run(topology.check_gpu_pair_sys, machine)
+    pairs = {tuple(pair) for pair in finding.data["pairs"]}
     assert ("GPU0", "GPU4") not in pairs  # NV2
     assert ("GPU0", "GPU5") in pairs  # SYS in the hybrid cube mesh
     assert len(pairs) == 12
@@ -57,17 +59,17 @@ def test_old_driver_soc_counts_as_cross_socket() -> None:
     text = "        GPU0    GPU1    CPU Affinity\nGPU0     X      SOC     0-11\nGPU1    SOC      X      12-23\n"
     machine = build_machine([Evidence(name="old.txt", data=text.encode())])
     [finding] = run(topology.check_gpu_pair_sys, machine)
-    assert finding.data["path"] == "SOC"
+    assert finding.data["paths"] == ["SOC"]
 
 
-def test_phb_and_node_pairs_are_info() -> None:
+def test_phb_and_node_pairs_are_one_design_finding() -> None:
     machine = machine_of("topo-m-5gpu-sys-node-phb.txt")
-    findings = {tuple(f.subjects): f for f in run(topology.check_gpu_pair_phb, machine)}
-    assert findings[("GPU1", "GPU2")].data["path"] == "PHB"
-    assert findings[("GPU1", "GPU3")].data["path"] == "NODE"
-    assert ("GPU0", "GPU1") not in findings  # SYS, reported by gpu-pair-sys
-    assert all(f.severity == "info" for f in findings.values())
-    assert len(findings) == 6
+    [finding] = run(topology.check_gpu_pair_phb, machine)
+    pairs = {tuple(pair) for pair in finding.data["pairs"]}
+    assert ("GPU1", "GPU2") in pairs and ("GPU1", "GPU3") in pairs
+    assert ("GPU0", "GPU1") not in pairs  # SYS, reported by gpu-pair-sys
+    assert finding.severity == "info" and finding.data["paths"] == ["NODE", "PHB"]
+    assert len(pairs) == 6
 
 
 def test_gns_on_geforce_explains_and_suggests_disabling_custom_all_reduce() -> None:

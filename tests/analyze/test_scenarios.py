@@ -46,7 +46,9 @@ def test_dual_socket_switch_box_from_a_real_paste() -> None:
     assert rec.groups[4] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert (rec.worst_link[2], rec.worst_link[4], rec.worst_link[8]) == ("PIX", "PXB", "SYS")
     assert analysis.verdict.level == "usable" and analysis.verdict.best_tp == 4
-    sys_pairs = sorted(tuple(f.subjects) for f in analysis.findings if f.id == "gpu-pair-sys")
+    [crossing] = [f for f in analysis.findings if f.id == "gpu-pair-sys"]  # a design property: one, advisory
+    sys_pairs = [tuple(pair) for pair in crossing.data["pairs"]]
+    assert crossing.severity == "info" and crossing.kind == "design"
     assert len(sys_pairs) == 16 and ("GPU0", "GPU4") in sys_pairs and ("GPU0", "GPU1") not in sys_pairs
 
 
@@ -57,7 +59,7 @@ def test_dual_socket_pcie_box_with_shm_fallback_tells_the_chain() -> None:
     assert shm, [f.key for f in analysis.findings if f.id.startswith("nccl")]
     # NCCL used SHM between ranks 0 and 4 because P2P is refused (CNS) because the pair crosses sockets (SYS)
     assert shm[0].causes == ["p2p-not-supported@GPU0,GPU4"]
-    assert found["p2p-not-supported@GPU0,GPU4"].causes == ["gpu-pair-sys@GPU0,GPU4"]
+    assert found["p2p-not-supported@GPU0,GPU4"].causes == ["gpu-pair-sys"]  # the machine's one SYS finding
     assert any("via SHM" in ref.text for ref in shm[0].evidence)
     assert found["pcie-width-below-max@GPU2"].severity == "fail"
     assert analysis.recommendation.groups[2] == [[0, 1], [2, 3], [4, 5], [6, 7]]

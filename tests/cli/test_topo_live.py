@@ -25,7 +25,7 @@ def empty_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_no_gpu_host_prints_host_and_explains(fixtures_dir: Path, empty_path: Path) -> None:
     root = fixtures_dir / "hostroot" / "dual_socket"
     result = runner.invoke(app, ["topo", "--root", str(root)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output  # no GPU where one is looked for: cannot pass
     assert "2 CPU package(s)" in result.output
     assert "node1: cpus 32-63,96-127" in result.output
     assert "No GPU found" in result.output
@@ -41,7 +41,7 @@ def test_no_gpu_host_json(fixtures_dir: Path, empty_path: Path) -> None:
     assert [f["id"] for f in report["findings"]] == ["no-gpu-found"]
     assert report["verdict"]["level"] == "none"
     assert len(report["host"]["numa_nodes"]) == 2
-    assert report["exit_code"] == 1
+    assert report["exit_code"] == 3
 
 
 def test_hanging_nvidia_smi_is_reported_and_report_still_comes_out(fixtures_dir: Path, empty_path: Path) -> None:

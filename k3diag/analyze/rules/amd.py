@@ -465,7 +465,7 @@ def check_cross_numa(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
         )
         yield Finding(
             id="amd-cross-numa",
-            severity="warn",
+            severity="info",
             subjects=subjects,
             title=f"{len(crossing)} GPU pair(s) talk over PCIe across CPU sockets / NUMA nodes",
             explanation=(
@@ -501,6 +501,7 @@ def check_cross_numa(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
                        "serving engine's NUMA binding option); `rocm-smi --showtoponuma` lists each GPU's node.",
                 confirm_with="rocm-smi --showtoponuma",
                 data={"numa_nodes": nodes},
+                kind="info",  # a binding hint; the crossing pairs above are the design property
             )
 
 
@@ -583,14 +584,17 @@ def check_bandwidth_below_class(machine: Machine, earlier: list[Finding]) -> Ite
 
 
 RULES = (
-    Rule("amd-xgmi-link-down", "fail", "An XGMI link inside a hive is down (pair reports PCIE)", check_xgmi_link_down),
-    Rule("amd-xgmi-hive-incomplete", "warn", "An XGMI hive is not fully connected", check_xgmi_hive_incomplete),
-    Rule("amd-p2p-not-accessible", "warn", "AMD GPUs that cannot access each other's memory", check_p2p_not_accessible),
+    Rule("amd-xgmi-link-down", "fail", "An XGMI link inside a hive is down (pair reports PCIE)", check_xgmi_link_down,
+         kind="fault"),
+    Rule("amd-xgmi-hive-incomplete", "warn", "An XGMI hive is not fully connected", check_xgmi_hive_incomplete,
+         kind="fault"),
+    Rule("amd-p2p-not-accessible", "warn", "AMD GPUs that cannot access each other's memory", check_p2p_not_accessible,
+         kind="fault"),
     Rule("amd-iommu-not-passthrough", "warn", "IOMMU not in passthrough mode on an AMD GPU host",
-         check_iommu_not_passthrough),
+         check_iommu_not_passthrough, kind="misconfiguration"),
     Rule("amd-fine-grain-pcie-missing", "warn", "HSA_FORCE_FINE_GRAIN_PCIE=1 missing for PCIe peer traffic",
-         check_fine_grain_pcie),
-    Rule("amd-cross-numa", "warn", "AMD GPU pairs across CPU sockets / NUMA nodes", check_cross_numa),
+         check_fine_grain_pcie, kind="misconfiguration"),
+    Rule("amd-cross-numa", "info", "AMD GPU pairs across CPU sockets / NUMA nodes", check_cross_numa, kind="design"),
     Rule("amd-bandwidth-below-link-class", "warn", "Measured copy bandwidth far below the link class",
-         check_bandwidth_below_class),
+         check_bandwidth_below_class, kind="fault"),
 )

@@ -359,10 +359,14 @@ def check_p2p_cannot_access_peer(machine: Machine, earlier: list[Finding]) -> It
 
 
 RULES = (
-    Rule("nccl-tests-data-errors", "fail", "nccl-tests found wrong data", check_data_errors),
-    Rule("nccl-tests-single-rank", "info", "nccl-tests ran with a single rank", check_single_rank),
-    Rule("nccl-tests-busbw-low", "warn", "Bus bandwidth far below the links' capability", check_busbw_low),
-    Rule("nccl-tests-scaling-drops", "warn", "Bus bandwidth falls as GPUs are added", check_scaling_drops),
-    Rule("p2p-enabled-not-faster", "warn", "P2P copies no faster than host-staged copies", check_p2p_enabled_not_faster),
-    Rule("p2p-cannot-access-peer", "warn", "CUDA refuses peer access between GPUs", check_p2p_cannot_access_peer),
+    Rule("nccl-tests-data-errors", "fail", "nccl-tests found wrong data", check_data_errors, kind="fault"),
+    Rule("nccl-tests-single-rank", "info", "nccl-tests ran with a single rank", check_single_rank, kind="info"),
+    Rule("nccl-tests-busbw-low", "warn", "Bus bandwidth far below the links' capability", check_busbw_low,
+         kind="fault"),
+    Rule("nccl-tests-scaling-drops", "warn", "Bus bandwidth falls as GPUs are added", check_scaling_drops,
+         kind="fault"),
+    Rule("p2p-enabled-not-faster", "warn", "P2P copies no faster than host-staged copies", check_p2p_enabled_not_faster,
+         kind="fault"),
+    Rule("p2p-cannot-access-peer", "warn", "CUDA refuses peer access between GPUs", check_p2p_cannot_access_peer,
+         kind="fault"),
 )

@@ -100,7 +100,10 @@ def check_p2p_ok_but_nccl_not(machine: Machine, earlier: list[Finding]) -> Itera
 
 
 RULES = (
-    Rule("link-readings-disagree", "warn", "Sources disagree about the path between two endpoints", check_link_readings),
-    Rule("pcie-readings-disagree", "info", "Driver and config space report different link widths", check_pcie_readings),
-    Rule("p2p-ok-but-nccl-not", "warn", "P2P reported OK but NCCL did not use it", check_p2p_ok_but_nccl_not),
+    Rule("link-readings-disagree", "warn", "Sources disagree about the path between two endpoints", check_link_readings,
+         kind="contradiction"),
+    Rule("pcie-readings-disagree", "info", "Driver and config space report different link widths", check_pcie_readings,
+         kind="contradiction"),
+    Rule("p2p-ok-but-nccl-not", "warn", "P2P reported OK but NCCL did not use it", check_p2p_ok_but_nccl_not,
+         kind="fault"),
 )

@@ -51,11 +51,12 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
                   "On a laptop, analyze saved outputs instead: `k3diag analyze FILE...`.")
     yield Finding(
         id="no-gpu-found",
-        severity="warn",
+        severity="info",
         subjects=["host"],
         title="No GPU found",
         explanation=explanation,
         remedy=remedy,
+        confirm_with="nvidia-smi -L; lspci -nn | grep -iE 'vga|3d controller|display|processing accelerator'",
         data={"reasons": reasons, "pci_gpu_like": [d.bdf for d in on_bus]},
     )
 
@@ -75,6 +76,6 @@ def check_timeouts(machine: Machine, earlier: list[Finding]) -> Iterable[Finding
 
 
 RULES = (
-    Rule("no-gpu-found", "warn", "No GPU found", check_no_gpu),
-    Rule("command-timed-out", "fail", "A collection command hung and was stopped", check_timeouts),
+    Rule("no-gpu-found", "info", "No GPU found", check_no_gpu, kind="missing-evidence"),
+    Rule("command-timed-out", "fail", "A collection command hung and was stopped", check_timeouts, kind="fault"),
 )

@@ -474,11 +474,15 @@ def check_warnings(machine: Machine, earlier: list[Finding]) -> Iterable[Finding
 
 
 RULES = (
-    Rule("nccl-env-disables-transport", "warn", "An NCCL setting turns a transport off", check_env_disables_transport),
+    Rule("nccl-env-disables-transport", "warn", "An NCCL setting turns a transport off", check_env_disables_transport,
+         kind="misconfiguration"),
     Rule("nccl-p2p-disabled-between-connected", "warn", "NCCL: P2P disabled between connected GPUs",
-         check_p2p_disabled_between_connected),
-    Rule("nccl-same-host-pair-not-p2p", "warn", "Two GPUs of one host do not use P2P", check_same_host_pair_not_p2p),
-    Rule("nccl-multinode-socket", "warn", "Multi-node NCCL traffic over TCP sockets", check_multinode_socket),
-    Rule("nccl-gdrdma-not-used", "warn", "InfiniBand without GPUDirect RDMA", check_gdrdma_not_used),
-    Rule("nccl-warnings", "warn", "NCCL warnings and errors", check_warnings),
+         check_p2p_disabled_between_connected, kind="misconfiguration"),
+    Rule("nccl-same-host-pair-not-p2p", "warn", "Two GPUs of one host do not use P2P", check_same_host_pair_not_p2p,
+         kind="fault"),
+    Rule("nccl-multinode-socket", "warn", "Multi-node NCCL traffic over TCP sockets", check_multinode_socket,
+         kind="misconfiguration"),
+    Rule("nccl-gdrdma-not-used", "warn", "InfiniBand without GPUDirect RDMA", check_gdrdma_not_used,
+         kind="misconfiguration"),
+    Rule("nccl-warnings", "warn", "NCCL warnings and errors", check_warnings, kind="fault"),
 )

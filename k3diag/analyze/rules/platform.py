@@ -206,7 +206,8 @@ def _xid_remedy(code: int) -> str:
 
 
 RULES = (
-    Rule("iommu-translated", "warn", "The IOMMU translates GPU DMA (not passthrough)", check_iommu_translated),
-    Rule("pcie-aer-errors", "warn", "PCIe AER errors in the kernel log", check_aer),
-    Rule("xid-errors", "warn", "NVIDIA Xid errors in the kernel log", check_xid),
+    Rule("iommu-translated", "warn", "The IOMMU translates GPU DMA (not passthrough)", check_iommu_translated,
+         kind="misconfiguration"),
+    Rule("pcie-aer-errors", "warn", "PCIe AER errors in the kernel log", check_aer, kind="fault"),
+    Rule("xid-errors", "warn", "NVIDIA Xid errors in the kernel log", check_xid, kind="fault"),
 )

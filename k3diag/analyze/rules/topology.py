@@ -50,68 +50,96 @@ def _evidence_for_pair(machine: Machine, a: str, b: str, paths: tuple[str, ...])
     return list(dict.fromkeys(refs))[:4]
 
 
+def _pairs_on(machine: Machine, paths: tuple[str, ...]) -> list[tuple[str, str, Link]]:
+    return [(a, b, link) for a, b, link in _gpu_pairs(machine) if link.path in paths]
+
+
+def _evidence_for_pairs(machine: Machine, pairs: list[tuple[str, str, Link]], paths: tuple[str, ...],
+                        limit: int = 8) -> list[SourceRef]:
+    """The lines that show the pairs: one per matrix row (distinct lines), so each GPU's row is cited."""
+    refs: list[SourceRef] = []
+    for a, b, _ in pairs:
+        for ref in _evidence_for_pair(machine, a, b, paths):
+            if ref not in refs:
+                refs.append(ref)
+        if len(refs) >= limit:
+            break
+    return refs[:limit]
+
+
+def _pair_list(pairs: list[tuple[str, str, Link]], limit: int = 6) -> str:
+    shown = ", ".join(f"{gpu_index(a)}-{gpu_index(b)}" for a, b, _ in pairs[:limit])
+    return shown + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
+
+
 def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    """One advisory finding per machine: crossing sockets is how a dual-socket box is built, not a fault.
+    The TP advice keeps groups inside a socket; faults on those pairs (P2P refused where it should work,
+    NCCL falling back) are their own findings and name this one as their cause."""
+    pairs = _pairs_on(machine, CROSS_SOCKET_PATHS)
+    if not pairs:
+        return
     groups = _numa_groups(machine)
-    for a, b, link in _gpu_pairs(machine):
-        if link.path not in CROSS_SOCKET_PATHS:
-            continue
-        keep_within = (
-            f" This host's GPUs split as {groups}: keep each tensor-parallel group inside one of these."
-            if groups
-            else " Keep each tensor-parallel group on GPUs of one socket (same NUMA Affinity in `nvidia-smi topo -m`)."
-        )
-        yield Finding(
-            id="gpu-pair-sys",
-            severity="warn",
-            subjects=[a, b],
-            title=f"{a} and {b} talk across the CPU interconnect ({link.path})",
-            explanation=(
-                f"The only path between {a} and {b} goes from one CPU socket to the other over the SMP link "
-                "(QPI/UPI/Infinity Fabric). PCIe peer-to-peer across sockets is slow or refused on most platforms, so "
-                "NCCL stages their traffic through host memory (SHM) and all-reduce between them runs at a fraction of "
-                "PCIe speed; a tensor-parallel group that includes both is paced by this pair."
-            ),
-            evidence=_evidence_for_pair(machine, a, b, CROSS_SOCKET_PATHS),
-            remedy=(
-                "Place tensor-parallel groups within one socket and use pipeline or data parallelism across sockets "
-                "(vLLM: --tensor-parallel-size within a socket, --pipeline-parallel-size across)."
-                + keep_within
-                + " If the slots allow, move GPUs so that peers share a socket or a PCIe switch."
-            ),
-            confirm_with=f"nvidia-smi topo -p -i {gpu_index(a)},{gpu_index(b)}",
-            data={"path": link.path, "origin": link.origin},
-        )
+    split = (f"This host's GPUs split as {groups}; keep each tensor-parallel group inside one of these."
+             if groups else
+             "Keep each tensor-parallel group on GPUs of one socket (same NUMA Affinity in `nvidia-smi topo -m`).")
+    a, b, _ = pairs[0]
+    yield Finding(
+        id="gpu-pair-sys",
+        severity="info",
+        subjects=[],
+        title=f"{len(pairs)} GPU pair(s) cross the CPU interconnect (SYS): TP groups should stay within a socket",
+        explanation=(
+            f"The GPUs sit on more than one CPU socket: pairs {_pair_list(pairs)} have no path but the SMP link "
+            "(QPI/UPI/Infinity Fabric). That is how this machine is built, not a fault. PCIe peer-to-peer across "
+            "sockets is slow or refused on most platforms, so NCCL stages such traffic through host memory and a "
+            "tensor-parallel group spanning sockets is paced by it. " + split
+        ),
+        evidence=_evidence_for_pairs(machine, pairs, CROSS_SOCKET_PATHS),
+        remedy=(
+            "Place tensor-parallel groups within one socket and use pipeline or data parallelism across sockets "
+            "(vLLM: --tensor-parallel-size within a socket, --pipeline-parallel-size across); bind each rank to "
+            "its GPU's NUMA node."
+        ),
+        confirm_with=f"nvidia-smi topo -p -i {gpu_index(a)},{gpu_index(b)}",
+        data={"pairs": [[x, y] for x, y, _ in pairs], "paths": sorted({link.path for _, _, link in pairs}),
+              "numa_groups": groups},
+        aliases=[f"gpu-pair-sys@{x},{y}" for x, y, _ in pairs],
+    )
 
 
 def check_gpu_pair_phb(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    for a, b, link in _gpu_pairs(machine):
-        if link.path not in HOST_BRIDGE_PATHS:
-            continue
-        where = (
-            "through the CPU's PCIe host bridge"
-            if link.path == "PHB"
-            else "between two PCIe host bridges of one CPU (NODE)"
-        )
-        yield Finding(
-            id="gpu-pair-phb",
-            severity="info",
-            subjects=[a, b],
-            title=f"{a} and {b} connect {where}",
-            explanation=(
-                f"{a} and {b} have no PCIe switch in common: their traffic climbs to the CPU root complex and back. "
-                "It stays on one socket, but NCCL's default P2P level on Intel CPUs is PXB, so such pairs fall back "
-                "to host-memory copies unless NCCL_P2P_LEVEL is raised, and with IOMMU/ACS redirection even real P2P "
-                "is bounced through the root complex. Expect roughly half of same-switch bandwidth for collectives."
-            ),
-            evidence=_evidence_for_pair(machine, a, b, HOST_BRIDGE_PATHS),
-            remedy=(
-                "For TP=2 prefer pairs behind one PCIe switch (PIX/PXB) when the box has them. If P2P is supported "
-                "(`nvidia-smi topo -p2p r` shows OK) and measured P2P bandwidth is good, NCCL_P2P_LEVEL=SYS (or PHB) "
-                "lets NCCL use it; if P2P is slow or hangs, check ACS/IOMMU on the root ports first."
-            ),
-            confirm_with="nvidia-smi topo -p2p r",
-            data={"path": link.path, "origin": link.origin},
-        )
+    pairs = _pairs_on(machine, HOST_BRIDGE_PATHS)
+    if not pairs:
+        return
+    codes = sorted({link.path for _, _, link in pairs})
+    where = " / ".join(
+        {"PHB": "through a CPU's PCIe host bridge (PHB)", "NODE": "between host bridges of one CPU (NODE)"}[code]
+        for code in codes
+    )
+    a, b, _ = pairs[0]
+    yield Finding(
+        id="gpu-pair-phb",
+        severity="info",
+        subjects=[],
+        title=f"{len(pairs)} GPU pair(s) share no PCIe switch and connect {where}",
+        explanation=(
+            f"Pairs {_pair_list(pairs)} have no PCIe switch in common: their traffic climbs to the CPU root complex "
+            "and back. It stays on one socket and is how the board is wired, not a fault, but NCCL's default P2P "
+            "level on Intel CPUs is PXB, so such pairs fall back to host-memory copies unless NCCL_P2P_LEVEL is "
+            "raised. Expect roughly half of same-switch bandwidth for collectives; TP=2 prefers pairs behind one "
+            "switch (PIX/PXB) when the box has them."
+        ),
+        evidence=_evidence_for_pairs(machine, pairs, HOST_BRIDGE_PATHS),
+        remedy=(
+            "For TP=2 prefer pairs behind one PCIe switch (PIX/PXB) when the box has them. If P2P is supported "
+            "(`nvidia-smi topo -p2p r` shows OK) and measured P2P bandwidth is good, NCCL_P2P_LEVEL=SYS (or PHB) "
+            "lets NCCL use it; if P2P is slow or hangs, check ACS/IOMMU on the root ports first."
+        ),
+        confirm_with="nvidia-smi topo -p2p r",
+        data={"pairs": [[x, y] for x, y, _ in pairs], "paths": codes},
+        aliases=[f"gpu-pair-phb@{x},{y}" for x, y, _ in pairs],
+    )
 
 
 _P2P_MEANING = {
@@ -185,7 +213,7 @@ def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterabl
             data={"codes": codes, "capabilities": capabilities},
             # A chipset/topology refusal on a pair that crosses sockets is explained by the crossing.
             causes=[key for key in (f"gpu-pair-sys@{a},{b}", f"gpu-pair-phb@{a},{b}")
-                    if set(codes) & {"CNS", "TNS"} and any(f.key == key for f in earlier)],
+                    if set(codes) & {"CNS", "TNS"} and any(key == f.key or key in f.aliases for f in earlier)],
         )
 
 
@@ -276,11 +304,11 @@ def _name(gpu: Gpu) -> str:
 
 
 RULES = (
-    Rule("gpu-pair-sys", "warn", "GPU pair crosses the CPU interconnect", check_gpu_pair_sys),
-    Rule("gpu-pair-phb", "info", "GPU pair goes through the host bridge", check_gpu_pair_phb),
-    Rule("p2p-not-supported", "warn", "P2P refused between GPUs", check_p2p_not_supported),
-    Rule("pcie-width-below-max", "fail", "GPU PCIe link narrower than it can be", check_pcie_width),
-    Rule("pcie-gen-below-max", "info", "GPU PCIe link slower than it can be", check_pcie_gen),
+    Rule("gpu-pair-sys", "info", "GPU pair crosses the CPU interconnect", check_gpu_pair_sys, kind="design"),
+    Rule("gpu-pair-phb", "info", "GPU pair goes through the host bridge", check_gpu_pair_phb, kind="design"),
+    Rule("p2p-not-supported", "warn", "P2P refused between GPUs", check_p2p_not_supported, kind="fault"),
+    Rule("pcie-width-below-max", "fail", "GPU PCIe link narrower than it can be", check_pcie_width, kind="fault"),
+    Rule("pcie-gen-below-max", "warn", "GPU PCIe link slower than it can be", check_pcie_gen, kind="fault"),
 )
 
 
@@ -352,5 +380,6 @@ def gpu_index_of(name: str) -> str:
 
 
 RULES = RULES + (
-    Rule("nvlink-count-low", "warn", "Fewer NVLinks on one GPU pair than on the others", check_nvlink_uneven),
+    Rule("nvlink-count-low", "warn", "Fewer NVLinks on one GPU pair than on the others", check_nvlink_uneven,
+         kind="fault"),
 )
