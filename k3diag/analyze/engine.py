@@ -40,7 +40,9 @@ def run_rules(machine: Machine) -> list[Finding]:
 def fold_design_findings(rule: Rule, produced: list[Finding]) -> list[Finding]:
     """A design property is one advisory finding per machine (docs/findings/README.md). A rule written
     per pair or per GPU gets its design findings folded into one that answers to every original key."""
-    designs = [finding for finding in produced if finding.kind == KIND_DESIGN]
+    # The one the rule judged worst leads: its explanation is the folded finding's.
+    designs = sorted((finding for finding in produced if finding.kind == KIND_DESIGN),
+                     key=lambda finding: SEVERITY_ORDER.get(finding.severity, 9))
     for finding in designs:
         finding.severity = "info"
     if len(designs) < 2:
