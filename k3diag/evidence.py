@@ -2,19 +2,151 @@
 
 A live collector and a saved bundle both produce `Evidence`; the model is built from
 evidence alone, so live and offline analysis take one path.
+
+Every user path is opened by `open_input` (one place: `O_NONBLOCK`, `fstat` after opening,
+every `OSError` turned into a sentence), and every read is bounded by its cut: the bytes read
+from a file never pass the limit, and a line longer than its cap (64 KiB streamed, 1 MiB read
+whole) keeps its head and skips the rest while it is read, so a 500 MiB line costs a MiB, not
+gigabytes.
 """
 
 from __future__ import annotations
 
+import codecs
+import errno
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 # A topology file is a few KB; an `lspci -vv` of a big server a few MB. Anything past this
 # is read only by streaming parsers (NCCL logs), never loaded whole.
 MAX_TEXT_BYTES = 64 * 1024 * 1024
-# Longest line handed to a streaming parser; the rest of an overlong line is skipped.
+# Longest line handed to a streaming parser; the rest of an overlong line is skipped while reading.
 MAX_LINE_CHARS = 64 * 1024
+# Longest line of a file read whole: one-line JSON (`amd-smi --json`) of a big host fits, a 500 MiB
+# line of junk after a `topo -m` costs 1 MiB.
+MAX_WHOLE_LINE_CHARS = 1024 * 1024
+_CHUNK_BYTES = 1024 * 1024
+MiB = 1024 * 1024
+# Control characters dropped from text (NUL padding, backspaces, bells); TAB, LF, CR and ESC stay
+# (ESC sequences are stripped by `k3diag.parse.text.normalize`). The same class as text.py's CONTROL_RE,
+# without the C1 range (8-bit CSI/OSC introducers are stripped as sequences there).
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+class InputError(OSError):
+    """A user path that could not be opened or read; `str()` is the whole sentence, naming the path,
+    and `strerror` the reason alone (for messages that name the path themselves)."""
+
+    def __init__(self, sentence: str, reason: str, code: int = errno.EIO) -> None:
+        super().__init__(code, reason)
+        self.sentence = sentence
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def open_input(path: Path, *, allow_stream: bool = False, follow_links: bool = True) -> tuple[BinaryIO, bool]:
+    """Open a user path for reading; (binary handle, whether it is a stream rather than a regular file).
+
+    Opened with `O_NONBLOCK` and checked with `fstat` on the open descriptor, so a file swapped for
+    a FIFO, a device or a folder after it was listed ends in a sentence, never a hang: a FIFO opened
+    this way returns at once. With `allow_stream` (a path the user named: `-`'s `/dev/stdin`, a
+    FIFO, `<(cmd)`), a pipe, FIFO or character device is read as a stream; it is reopened blocking,
+    as `cat` would, so a FIFO waits for its writer. Without `follow_links` a symbolic link is refused
+    (files found by walking a folder). Raises `InputError`.
+    """
+    name = os.path.abspath(str(path))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _sentence_for(name, exc) from None
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise _sentence_for(name, exc) from None
+    mode = info.st_mode
+    if stat.S_ISREG(mode):
+        _set_blocking(fd)
+        return os.fdopen(fd, "rb", buffering=0), False
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise InputError(f"{name} is a folder, not a file (was it replaced while k3diag ran?)",
+                         "it is a folder, not a file", errno.EISDIR)
+    is_stream = stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+    if not (allow_stream and is_stream):
+        os.close(fd)
+        what = "a pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device or socket" if is_stream else "not a regular file"
+        raise InputError(f"{name} is {what}, not a regular file, and was not read; save the output to a file",
+                         f"it is {what}, not a regular file")
+    if stat.S_ISFIFO(mode) and not name.startswith(("/dev/fd/", "/proc/")) and name != "/dev/stdin":
+        # A named FIFO with no writer yet reads as empty when opened non-blocking: reopen it blocking
+        # (waiting for the writer, as `cat` does), then make sure it is still the same FIFO.
+        os.close(fd)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            again = os.fstat(fd)
+        except OSError as exc:
+            raise _sentence_for(name, exc) from None
+        if (again.st_dev, again.st_ino) != (info.st_dev, info.st_ino):
+            os.close(fd)
+            raise InputError(f"{name} was replaced while k3diag opened it; run again", "it was replaced")
+    else:
+        _set_blocking(fd)
+    return os.fdopen(fd, "rb", buffering=0), True
+
+
+def _set_blocking(fd: int) -> None:
+    try:
+        os.set_blocking(fd, True)
+    except (OSError, AttributeError):
+        pass
+
+
+def _sentence_for(name: str, exc: OSError) -> InputError:
+    code = exc.errno or errno.EIO
+    if code == errno.ENOENT:
+        if os.path.islink(name):
+            try:
+                target = os.readlink(name)
+            except OSError:
+                target = "a path"
+            return InputError(f"{name} is a symbolic link to {target}, which does not exist; check the path",
+                              f"it is a symbolic link to {target}, which does not exist", code)
+        return InputError(f"{name} does not exist; check the path", "it does not exist", code)
+    if code in (errno.EACCES, errno.EPERM):
+        return InputError(f"permission denied reading {name}; check its permissions or run as its owner",
+                          "permission denied", code)
+    if code == errno.ELOOP:
+        return InputError(f"{name} is a symbolic link and was not followed", "it is a symbolic link", code)
+    if code == errno.EISDIR:
+        return InputError(f"{name} is a folder, not a file", "it is a folder, not a file", code)
+    if code == errno.ENXIO:
+        return InputError(f"{name} is a socket or a device with nothing behind it and could not be read",
+                          "it is a socket or a device with nothing behind it", code)
+    reason = exc.strerror or type(exc).__name__
+    return InputError(f"could not read {name}: {reason}", reason, code)
+
+
+def read_stream(handle: BinaryIO, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, bool]:
+    """Up to `limit` bytes from a pipe or FIFO, and whether more came (then it is cut, never buffered)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got <= limit:
+        chunk = handle.read(min(_CHUNK_BYTES, limit + 1 - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    data = b"".join(chunks)
+    return data[:limit], len(data) > limit
 
 
 @dataclass
@@ -38,6 +170,10 @@ class Evidence:
     error: str | None = None  # why it could not be produced/read, in one sentence
     format_hint: str | None = None  # readings know their format; text is always sniffed
     meta: dict = field(default_factory=dict)
+    # False for files found by walking a folder: a file swapped for a link after the walk is refused.
+    follow_links: bool = field(default=True, compare=False)
+    # Sentences about what reading dropped or cut (NUL bytes, overlong lines); `take_notes()` hands them on.
+    notes: list[str] = field(default_factory=list, compare=False, repr=False)
     # The codec the content was saved in, found from its first bytes on first use.
     _encoding: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -52,13 +188,19 @@ class Evidence:
                 return None
         return None
 
+    def _open(self) -> BinaryIO:
+        assert self.path is not None
+        handle, _ = open_input(self.path, follow_links=self.follow_links)
+        return handle
+
     def head(self, limit: int = 65536) -> bytes:
+        """The first `limit` bytes; raises `InputError` (an OSError) when the file cannot be read."""
         if self.data is not None:
             return self.data[:limit]
         if self.path is None:
             return b""
-        with self.path.open("rb") as handle:
-            return handle.read(limit)
+        with self._open() as handle:
+            return _read_up_to(handle, limit)
 
     @property
     def encoding(self) -> str:
@@ -73,42 +215,130 @@ class Evidence:
         return self._encoding
 
     def read_text(self, limit: int = MAX_TEXT_BYTES) -> tuple[str, bool]:
-        """Decoded content up to `limit` bytes, and whether it was cut; undecodable bytes are replaced."""
-        data, truncated = self.read_bytes(limit)
-        return data.decode(self.encoding, errors="replace"), truncated
+        """Decoded content from the first `limit` bytes, and whether it was cut.
+
+        Undecodable bytes are replaced, control bytes dropped and lines over `MAX_WHOLE_LINE_CHARS` cut,
+        all while reading (each noted in `notes`), so memory never passes the cut. A file that
+        cannot be read gives "" and sets `error` to the sentence; it never raises.
+        """
+        pieces: list[str] = []
+        truncated = False
+        for piece, cut in self._pieces(limit, MAX_WHOLE_LINE_CHARS):
+            pieces.append(piece)
+            truncated = truncated or cut
+        return "".join(pieces), truncated
 
     def read_bytes(self, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, bool]:
-        """Content up to `limit` bytes, and whether it was cut."""
+        """Content up to `limit` bytes, and whether it was cut; "" with `error` set when unreadable."""
         if self.data is not None:
             return self.data[:limit], len(self.data) > limit
         if self.path is None:
             return b"", False
-        with self.path.open("rb") as handle:
-            data = handle.read(limit + 1)
+        try:
+            with self._open() as handle:
+                data = _read_up_to(handle, limit + 1)
+        except OSError as exc:
+            self._failed(exc)
+            return b"", False
         return data[:limit], len(data) > limit
 
-    def iter_lines(self) -> Iterator[str]:
-        """Decoded lines without their endings, streamed; undecodable bytes are replaced."""
-        encoding = self.encoding
-        if self.data is not None:
-            text = self.data.decode(encoding, errors="replace")
-            yield from text.splitlines()
+    def iter_lines(self, limit: int | None = None) -> Iterator[str]:
+        """Decoded lines without their endings, streamed in bounded memory (see `read_text`)."""
+        carry = ""
+        for piece, _ in self._pieces(limit, MAX_LINE_CHARS):
+            if carry:
+                piece = carry + piece
+            lines = piece.split("\n")
+            carry = lines.pop()
+            for line in lines:
+                if "\r" in line:
+                    line = line.rstrip("\r")
+                    if "\r" in line:  # a progress bar redrawn with bare CRs: each redraw is a line
+                        yield from line.split("\r")
+                        continue
+                yield line
+        if carry:
+            yield carry.rstrip("\r")
+
+    def take_notes(self) -> list[str]:
+        """The reading notes so far, once: the first input record of this evidence carries them."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    # -- reading ------------------------------------------------------------------------------
+    def _failed(self, exc: OSError) -> None:
+        sentence = str(exc) if isinstance(exc, InputError) else (
+            f"reading {self.name} failed: {exc.strerror or exc}")
+        if self.error is None:
+            self.error = sentence
+
+    def _pieces(self, limit: int | None, max_line: int) -> Iterator[tuple[str, bool]]:
+        """Decoded text in pieces of about a MiB: controls dropped, overlong lines cut, bytes bounded."""
+        if self.data is None and self.path is None:
             return
-        if self.path is None:
+        decoder = codecs.getincrementaldecoder(self.encoding)(errors="replace")
+        budget = limit if limit is not None else -1
+        nuls = controls = long_lines = 0
+        line_len = 0  # characters of the current line seen so far
+        skipping = False  # inside the dropped tail of an overlong line
+        try:
+            handle: BinaryIO
+            if self.data is not None:
+                import io
+
+                handle = io.BytesIO(self.data)
+            else:
+                handle = self._open()
+        except OSError as exc:
+            self._failed(exc)
             return
-        with self.path.open("r", encoding=encoding, errors="replace", newline="") as handle:
-            while True:
-                line = handle.readline(MAX_LINE_CHARS)
-                if not line:
-                    return
-                if len(line) == MAX_LINE_CHARS and not line.endswith("\n"):
-                    # A "line" this long is binary junk or a log without newlines: keep its head,
-                    # skip the rest, so memory stays bounded whatever the file holds.
-                    while True:
-                        rest = handle.readline(MAX_LINE_CHARS)
-                        if not rest or rest.endswith("\n"):
-                            break
-                yield line.rstrip("\r\n")
+        cut = False
+        try:
+            with handle:
+                while True:
+                    want = _CHUNK_BYTES if budget < 0 else min(_CHUNK_BYTES, budget)
+                    chunk = handle.read(want) if want > 0 else b""
+                    if budget >= 0:
+                        budget -= len(chunk)
+                    final = not chunk
+                    if final and budget == 0 and limit is not None:
+                        cut = bool(handle.read(1))
+                    text = decoder.decode(chunk, final=final)
+                    if text:
+                        if _CONTROL_RE.search(text) is not None:
+                            found = text.count("\x00")
+                            text, dropped = _CONTROL_RE.subn("", text)
+                            nuls += found
+                            controls += dropped - found
+                        text, line_len, skipping, cut_here = _cap_lines(text, line_len, skipping, max_line)
+                        long_lines += cut_here
+                        if text:
+                            yield text, False
+                    if final:
+                        break
+        except OSError as exc:
+            self._failed(exc)
+        if cut:
+            yield "", True
+        self._note_reading(nuls, controls, long_lines, max_line)
+
+    def _note_reading(self, nuls: int, controls: int, long_lines: int, max_line: int) -> None:
+        if nuls or controls:
+            parts = []
+            if nuls:
+                parts.append(f"{nuls} NUL byte(s)")
+            if controls:
+                parts.append(f"{controls} other control byte(s)")
+            self._note(f"{' and '.join(parts)} in {self.name} were dropped (padding from a crash or a serial "
+                       "console?); the text around them was read")
+        if long_lines:
+            size = f"{max_line // MiB} MiB" if max_line >= MiB else f"{max_line // 1024} KiB"
+            self._note(f"{long_lines} line(s) of {self.name} were longer than {size}; only the first {size} of "
+                       "each were read")
+
+    def _note(self, sentence: str) -> None:
+        if sentence not in self.notes:
+            self.notes.append(sentence)
 
     def to_manifest(self, member: str | None) -> dict:
         return {
@@ -124,3 +354,61 @@ class Evidence:
             "format_hint": self.format_hint,
             "meta": self.meta,
         }
+
+
+def _read_up_to(handle: BinaryIO, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = handle.read(min(_CHUNK_BYTES, limit - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _cap_lines(text: str, line_len: int, skipping: bool, max_line: int) -> tuple[str, int, bool, int]:
+    """`text` with every line cut at `max_line` characters (state carried across pieces); lines cut here."""
+    first_nl = text.find("\n")
+    tail_start = text.rfind("\n") + 1
+    if not skipping:
+        # Fast path: no line in this piece (counting what came before it) is too long.
+        head_len = (first_nl if first_nl >= 0 else len(text)) + line_len
+        if head_len <= max_line and len(text) - tail_start <= max_line:
+            if first_nl < 0 or max(map(len, text[first_nl + 1:tail_start].split("\n"))) <= max_line:
+                line_len = line_len + len(text) if first_nl < 0 else len(text) - tail_start
+                return text, line_len, False, 0
+    out: list[str] = []
+    cut = 0
+    position = 0
+    while position < len(text):
+        newline = text.find("\n", position)
+        end = newline if newline >= 0 else len(text)
+        if skipping:
+            if newline < 0:
+                break
+            skipping = False
+            out.append("\n")
+            line_len = 0
+            position = newline + 1
+            continue
+        room = max_line - line_len
+        if end - position > room:
+            out.append(text[position:position + room])
+            cut += 1
+            line_len = 0
+            if newline < 0:
+                skipping = True
+                break
+            out.append("\n")
+            position = newline + 1
+            continue
+        if newline < 0:
+            out.append(text[position:])
+            line_len += len(text) - position
+            break
+        out.append(text[position:newline + 1])
+        line_len = 0
+        position = newline + 1
+    return "".join(out), line_len, skipping, cut

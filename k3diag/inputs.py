@@ -4,33 +4,47 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
-from k3diag.evidence import Evidence
+from k3diag.evidence import MAX_TEXT_BYTES, Evidence, InputError, _sentence_for, open_input, read_stream
 from k3diag.model.machine import InputRecord, Machine
 
 # A folder of saved outputs is walked this deep and this wide at most; a user who points
-# k3diag at / by mistake gets a sentence, not a frozen terminal.
+# k3diag at / by mistake gets a sentence, not a frozen terminal. What is left out is said.
 MAX_FOLDER_FILES = 5000
-MAX_FOLDER_DEPTH = 6
+MAX_FOLDER_DEPTH = 16
+STDIN_NAME = "<stdin>"
 
 
-def evidence_from_paths(paths: list[Path]) -> tuple[list[Evidence], list[InputRecord]]:
-    """Evidence for every readable input, and an `unknown` input record for every one that is not."""
+class InputPathError(Exception):
+    """Paths the user named that do not exist or cannot be read: a usage error (exit 64).
+
+    `sentences` holds one sentence per path, each naming the full path."""
+
+    def __init__(self, sentences: list[str]) -> None:
+        super().__init__("; ".join(sentences))
+        self.sentences = sentences
+
+
+def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tuple[list[Evidence], list[InputRecord]]:
+    """Evidence for every input, and an input record for every problem met on the way.
+
+    `-` reads standard input (`stdin`, else the process's), a FIFO, `/dev/stdin` or `<(cmd)` is read
+    as a stream under the same size limit as a file. A path that does not exist or cannot be read
+    raises `InputPathError` naming every such path, after all of them were looked at.
+    """
     evidence: list[Evidence] = []
     problems: list[InputRecord] = []
+    unusable: list[str] = []
     for path in paths:
         name = str(path)
         if name == "-":
-            problems.append(_problem(name, "reading standard input (-) is not supported; save the output to a file "
-                                           "and give its path"))
+            evidence.append(_stdin_evidence(stdin))
             continue
-        if not path.exists():
-            if path.is_symlink():
-                problems.append(_problem(name, f"{name} is a symbolic link to {os.readlink(path)}, which does not "
-                                               "exist; check the path"))
-            else:
-                problems.append(_problem(name, f"{name} does not exist; check the path"))
+        try:
+            os.lstat(path)
+        except OSError as exc:
+            unusable.append(str(_sentence_for(os.path.abspath(name), exc)))
             continue
         if _is_bundle(path):
             from k3diag.bundle import BundleError, read_bundle
@@ -54,14 +68,45 @@ def evidence_from_paths(paths: list[Path]) -> tuple[list[Evidence], list[InputRe
             evidence.extend(found)
             problems.extend(folder_problems)
             continue
-        if not path.is_file():
-            problems.append(_problem(name, f"{name} is not a regular file (a device, socket or pipe); save the output to a file"))
+        try:
+            handle, is_stream = open_input(path, allow_stream=True)
+        except InputError as exc:
+            unusable.append(str(exc))
             continue
-        if not os.access(path, os.R_OK):
-            problems.append(_problem(name, f"permission denied reading {name}; check its permissions or run as its owner"))
-            continue
-        evidence.append(Evidence(name=name, path=path))
+        with handle:
+            if not is_stream:
+                evidence.append(Evidence(name=name, path=path))
+                continue
+            try:
+                data, cut = read_stream(handle)
+            except OSError as exc:
+                unusable.append(f"reading {os.path.abspath(name)} failed: {exc.strerror or exc}")
+                continue
+        evidence.append(_stream_evidence(name, data, cut))
+    if unusable:
+        raise InputPathError(unusable)
     return evidence, problems
+
+
+def _stdin_evidence(stdin: BinaryIO | None) -> Evidence:
+    import sys
+
+    source = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+    if source is None:
+        raise InputPathError(["standard input (-) is closed; pipe the output in or give a path"])
+    try:
+        data, cut = read_stream(source)
+    except OSError as exc:
+        raise InputPathError([f"reading standard input (-) failed: {exc.strerror or exc}"]) from None
+    return _stream_evidence(STDIN_NAME, data, cut)
+
+
+def _stream_evidence(name: str, data: bytes, cut: bool) -> Evidence:
+    item = Evidence(name=name, data=data, meta={"stream": True})
+    if cut:
+        item.notes.append(f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of {name} were read (the limit "
+                          "for one input); save the output to files of that size to analyze the rest")
+    return item
 
 
 def _is_bundle(path: Path) -> bool:
@@ -80,11 +125,24 @@ def _walk_folder(folder: Path) -> tuple[list[Evidence], list[InputRecord]]:
     problems: list[InputRecord] = []
     base_depth = len(folder.parts)
     count = 0
-    for current, dirs, files in os.walk(folder, followlinks=False):
+    too_deep: list[str] = []
+    hidden = 0
+    unlisted: list[str] = []
+
+    def listing_failed(exc: OSError) -> None:
+        unlisted.append(f"{exc.filename or folder}: {exc.strerror or exc}")
+
+    for current, dirs, files in os.walk(folder, followlinks=False, onerror=listing_failed):
         depth = len(Path(current).parts) - base_depth
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if depth < MAX_FOLDER_DEPTH else []
+        visible = sorted(d for d in dirs if not d.startswith("."))
+        hidden += len(dirs) - len(visible)
+        if depth >= MAX_FOLDER_DEPTH:
+            too_deep.extend(str(Path(current) / d) for d in visible)
+            visible = []
+        dirs[:] = visible
         for file_name in sorted(files):
             if file_name.startswith("."):
+                hidden += 1
                 continue
             path = Path(current) / file_name
             if path.is_symlink():
@@ -97,9 +155,20 @@ def _walk_folder(folder: Path) -> tuple[list[Evidence], list[InputRecord]]:
                 continue
             count += 1
             if count > MAX_FOLDER_FILES:
-                problems.append(_problem(str(folder), f"{folder} holds more than {MAX_FOLDER_FILES} files; only the first were read"))
+                problems.append(_problem(str(folder), f"{folder} holds more than {MAX_FOLDER_FILES} files; only "
+                                                      f"the first {MAX_FOLDER_FILES} were read"))
                 return evidence, problems
-            evidence.append(Evidence(name=str(path), path=path))
+            evidence.append(Evidence(name=str(path), path=path, follow_links=False))
+    if too_deep:
+        shown = ", ".join(too_deep[:3]) + (" ..." if len(too_deep) > 3 else "")
+        problems.append(_problem(str(folder), f"{len(too_deep)} folder(s) in {folder} nest deeper than "
+                                              f"{MAX_FOLDER_DEPTH} levels and were not read: {shown}; give them as "
+                                              "paths of their own"))
+    if hidden:
+        problems.append(_problem(str(folder), f"{hidden} hidden file(s) or folder(s) in {folder} (names starting "
+                                              "with '.') were not read; give them as paths to read them"))
+    for failure in unlisted:
+        problems.append(_problem(str(folder), f"could not list {failure}; its files were not read"))
     return evidence, problems
 
 

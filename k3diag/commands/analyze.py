@@ -20,8 +20,8 @@ def register(app: typer.Typer) -> None:
         tp: Optional[List[int]] = typer.Option(None, "--tp", help="Also plan TP groups of this size (repeatable)."),
     ) -> None:
         """Analyze saved outputs (nvidia-smi, lspci, NCCL logs, nccl-tests, rocm-smi...) and explain them."""
-        from k3diag.inputs import load_machine
+        from k3diag.commands._inputs import load_machine_or_exit
 
-        machine, _ = load_machine(list(paths))
+        machine, _ = load_machine_or_exit(list(paths), "analyze")
         title = f"k3diag analyze: {len(paths)} input path(s)"
         raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp)))

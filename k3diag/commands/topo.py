@@ -23,9 +23,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show this host's GPUs, the paths between them, P2P status, and what is wrong."""
         if from_paths:
-            from k3diag.inputs import load_machine
+            from k3diag.commands._inputs import load_machine_or_exit
 
-            machine, _ = load_machine(list(from_paths))
+            machine, _ = load_machine_or_exit(list(from_paths), "topo")
             title = f"k3diag topo: saved evidence ({len(from_paths)} path(s))"
         else:
             from k3diag.inputs import load_live_machine

@@ -119,6 +119,7 @@ def ingest(item: Evidence, machine: Machine) -> None:
     if not parsed_any:
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
         record.warnings.append(item.error or describe_unknown(text, item.name))
+        record.warnings.extend(item.take_notes())  # what reading dropped or cut
         machine.inputs.append(record)
 
 
@@ -158,6 +159,7 @@ def _run_parser(spec: FormatSpec, call, item: Evidence, machine: Machine, record
         machine.inputs.append(record)
         return
     record.warnings.extend(getattr(result, "warnings", []) or [])
+    record.warnings.extend(item.take_notes())  # what reading dropped or cut (NULs, overlong lines)
     reported = getattr(result, "identity", None)
     if isinstance(reported, InputIdentity):  # what the parser read about its machine
         record.identity.update(reported)

@@ -154,5 +154,6 @@ class Machine:
         """Whether any input yielded facts; exit code 3 when not."""
         return bool(
             self.gpus or self.links or self.p2p or self.pci or self.nccl or self.benchmarks
-            or any(inp.format != "unknown" for inp in self.inputs)
+            # A bundle's own record says it was opened, not that anything in it was read.
+            or any(inp.format not in ("unknown", "bundle") for inp in self.inputs)
         )

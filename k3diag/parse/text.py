@@ -11,7 +11,21 @@ from dataclasses import dataclass
 
 from k3diag.textcodec import decode_text, detect_encoding  # noqa: F401  (re-exported)
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Every ECMA-48 / ANSI sequence kind a terminal log can hold, 7- and 8-bit forms:
+# CSI (`ESC [ 1;31m`, `\x9b`), the string commands OSC, DCS, SOS, PM and APC up to BEL or ST
+# (`ESC ] 0;title BEL`, which prompts write into `script` logs; an unterminated one is cut at the
+# end of its line, never eating the next), nF escapes (`ESC ( B`), and the single-character
+# Fp/Fe/Fs escapes (`ESC 7`, `ESC =`, `ESC c`). A lone ESC at the end is dropped too.
+_ANSI_RE = re.compile(
+    "(?:\x1b\\[|\x9b)[0-?]*[ -/]*[@-~]"
+    "|(?:\x1b[\\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\\\|\x9c)?"
+    "|\x1b[ -/]*[0-~]"
+    "|\x1b"
+)
+# Control characters that are never part of a tool's text output: NUL padding (a log written just
+# before a crash, a serial console), backspaces, bells, C1 controls. TAB, LF, CR and ESC (its
+# sequences are stripped above) are handled on their own.
+CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f\x80-\x9f]")
 # A shell prompt followed by a command: `$ cmd`, `# cmd`, `user@host:~$ cmd`, `(venv) user@h:~/x# cmd`,
 # `[root@host ~]# cmd`, `PS C:\> cmd`, `> cmd`.
 _PROMPT_RE = re.compile(
@@ -64,15 +78,24 @@ def strip_ansi(text: str) -> str:
 
 
 def normalize(text: str) -> str:
-    """Drop ANSI codes, carriage returns and byte order marks; keep everything else as printed."""
+    """Drop ANSI/ECMA-48 sequences, carriage returns, byte order marks and control characters;
+    keep everything else as printed. `clean_text` also says how many control characters went."""
+    return clean_text(text)[0]
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """`normalize`'s text, and how many control characters (NULs included) it dropped."""
     if "\ufeff" in text:
         # Files saved on Windows start with one; `cat a.txt b.txt > all.txt` puts more in the middle.
         text = text.replace("\ufeff", "")
-    if "\x1b" in text:
+    if "\x1b" in text or "\x9b" in text or "\x9d" in text or "\x90" in text:
         text = strip_ansi(text)
+    dropped = 0
+    if CONTROL_RE.search(text) is not None:
+        text, dropped = CONTROL_RE.subn("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text
+    return text, dropped
 
 
 def split_lines(text: str) -> list[str]:
@@ -114,16 +137,34 @@ def compressed_kind(head: bytes) -> tuple[str, str] | None:
     return None
 
 
+# Share of a sample that must be non-text for the whole input to count as binary data. Text with
+# NUL padding or a few stray control bytes stays far below it; compressed data, executables and
+# core dumps sit far above (half their bytes are not valid UTF-8).
+BINARY_SHARE = 0.30
+_NUL_RUN_RE = re.compile(b"\x00+")
+
+
 def looks_binary(sample: bytes) -> bool:
-    """NUL bytes or mostly undecodable bytes: not a text output we can read."""
+    """Mostly non-text bytes (undecodable, or control characters other than TAB/LF/CR/ESC).
+
+    One NUL is not proof: a run of NUL padding counts as one non-text character, so a log with
+    a crash's zero-filled block still reads as text, while a sample with nothing but NULs and
+    controls is binary.
+    """
     if not sample:
         return False
-    if b"\x00" in sample[:8192]:
-        return True
-    text = sample[:8192].decode("utf-8", errors="replace")
+    sample = sample[:262144]
+    runs = len(_NUL_RUN_RE.findall(sample)) if b"\x00" in sample else 0
+    squeezed = _NUL_RUN_RE.sub(b"", sample) if runs else sample
+    text = squeezed.decode("utf-8", errors="replace")
+    # A multi-byte character cut by the sample's end is not evidence of binary data.
+    if text.endswith("\ufffd"):
+        text = text[:-1]
+    if not text.strip():
+        return runs > 0
     bad = text.count("\ufffd")
-    control = sum(1 for ch in text if ord(ch) < 32 and ch not in "\n\r\t\x1b\x0c")
-    return (bad + control) > max(16, len(text) // 10)
+    control = len(CONTROL_RE.findall(text))
+    return (bad + control + runs) > max(16, int((len(text) + runs) * BINARY_SHARE))
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ def _report(args: list[str]) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def test_missing_file(tmp_path: Path) -> None:
-    code, report = _report([str(tmp_path / "nope.txt")])
-    assert code == 3
-    assert report["inputs"][0]["format"] == "unknown"
-    assert "does not exist" in report["inputs"][0]["warnings"][0]
+def test_missing_file_is_a_usage_error_naming_the_full_path(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "nope.txt"), "--json"])
+    assert result.exit_code == 64
+    assert result.stdout == ""
+    assert f"k3diag analyze: {tmp_path / 'nope.txt'} does not exist; check the path" in result.stderr
 
 
 def test_binary_junk_and_empty_file(tmp_path: Path) -> None:

@@ -169,17 +169,19 @@ def test_fifo_inside_a_folder_is_skipped_not_opened(tmp_path: Path) -> None:
 def test_dangling_symlink_says_where_it_points(tmp_path: Path) -> None:
     link = tmp_path / "latest.txt"
     link.symlink_to(tmp_path / "gone" / "topo.txt")
-    code, report = _report([str(link)])
-    assert code == 3
-    assert report["inputs"][0]["warnings"] == [
-        f"{link} is a symbolic link to {tmp_path / 'gone' / 'topo.txt'}, which does not exist; check the path"
-    ]
+    result = runner.invoke(app, ["analyze", str(link), "--json"])
+    assert result.exit_code == 64
+    assert result.stderr == (f"k3diag analyze: {link} is a symbolic link to {tmp_path / 'gone' / 'topo.txt'}, "
+                             "which does not exist; check the path\n")
 
 
-def test_dash_is_not_taken_for_a_file() -> None:
-    code, report = _report(["-"])
-    assert code == 3
-    assert "reading standard input (-) is not supported" in report["inputs"][0]["warnings"][0]
+def test_dash_reads_standard_input() -> None:
+    result = runner.invoke(app, ["analyze", "-", "--json"], input=_topo_text().encode("utf-8"))
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert report["inputs"][0]["path"] == "<stdin>"
+    assert report["inputs"][0]["format"] == "nvidia-smi-topo-matrix"
+    assert len(report["topology"]["gpus"]) == 8
 
 
 def test_unreadable_file_in_a_folder_is_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,19 +191,19 @@ def test_unreadable_file_in_a_folder_is_one_sentence(tmp_path: Path, monkeypatch
     secret = folder / "secret.txt"
     secret.write_text(_topo_text())
     (folder / "topo.txt").write_text(_topo_text())
-    real_open = Path.open
+    real_open = os.open
 
-    def guarded_open(self: Path, *args, **kwargs):
-        if self == secret:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_open(self, *args, **kwargs)
+    def guarded_open(path, *args, **kwargs):
+        if str(path) == str(secret):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "open", guarded_open)
+    monkeypatch.setattr(os, "open", guarded_open)
     code, report = _report([str(folder)])
     assert code == 0  # all SYS: advisory; the unreadable file is one sentence
     warnings = {i["path"]: i["warnings"] for i in report["inputs"]}
     assert warnings[str(secret)] == [
-        f"could not read {secret}: Permission denied; check the path and its permissions"
+        f"could not read {secret}: permission denied; check the path and its permissions"
     ]
     _assert_topo_parsed(report, folder / "topo.txt")
 

@@ -1,0 +1,22 @@
+"""Reading the paths a command was given; a path that does not exist or cannot be read is a usage error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from k3diag.exit_codes import EXIT_USAGE
+
+
+def load_machine_or_exit(paths: list[Path], command: str):
+    """`k3diag.inputs.load_machine`, or every unusable path named on stderr and exit 64 (EX_USAGE)."""
+    from k3diag.inputs import InputPathError, load_machine
+    from k3diag.render.escape import safe_message
+
+    try:
+        return load_machine(paths)
+    except InputPathError as exc:
+        for sentence in exc.sentences:
+            typer.echo(f"k3diag {command}: {safe_message(sentence)}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
