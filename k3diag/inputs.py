@@ -78,7 +78,7 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tup
                 evidence.append(Evidence(name=name, path=path))
                 continue
             try:
-                data, cut = read_stream(handle)
+                data, cut = read_stream(handle, MAX_TEXT_BYTES)
             except OSError as exc:
                 unusable.append(f"reading {os.path.abspath(name)} failed: {exc.strerror or exc}")
                 continue
@@ -95,7 +95,7 @@ def _stdin_evidence(stdin: BinaryIO | None) -> Evidence:
     if source is None:
         raise InputPathError(["standard input (-) is closed; pipe the output in or give a path"])
     try:
-        data, cut = read_stream(source)
+        data, cut = read_stream(source, MAX_TEXT_BYTES)
     except OSError as exc:
         raise InputPathError([f"reading standard input (-) failed: {exc.strerror or exc}"]) from None
     return _stream_evidence(STDIN_NAME, data, cut)
