@@ -25,7 +25,7 @@ def _from_paths(*paths: Path) -> Callable[[], Machine]:
 def _from_nvml(path: Path) -> Callable[[], Machine]:
     def build() -> Machine:
         from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml
-        from k3diag.model.build import build_machine
+        from k3diag.join.build import build_machine
 
         return build_machine([collect_nvml(FakeNvmlBackend.from_file(path))])
 
@@ -35,7 +35,7 @@ def _from_nvml(path: Path) -> Callable[[], Machine]:
 def _from_sysfs(root: Path) -> Callable[[], Machine]:
     def build() -> Machine:
         from k3diag.collect.sysfs import collect_platform
-        from k3diag.model.build import build_machine
+        from k3diag.join.build import build_machine
 
         return build_machine(collect_platform(root, run_dmesg=False))
 
