@@ -12,6 +12,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "k3diag.commands.collect",
     "k3diag.commands.advise",
     "k3diag.commands.audit",
+    "k3diag.commands.check",
+    "k3diag.commands.fleet",
 )
 
 

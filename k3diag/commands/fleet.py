@@ -1,0 +1,63 @@
+"""`k3diag fleet PATHS...`: many nodes' bundles or reports, grouped by SKU, odd nodes named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fleet")
+    def fleet(
+        paths: List[Path] = typer.Argument(..., help="Bundles, folders of bundles, or JSON reports (`k3diag check --format json`) from many nodes."),
+        as_json: bool = typer.Option(False, "--json", help="Print the fleet report as JSON (schema k3diag.fleet/1) instead of text."),
+        md: Optional[Path] = typer.Option(None, "--md", help="Also write a Markdown summary here."),
+        html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page here (node grid, outliers side by side)."),
+        workers: int = typer.Option(0, "--workers", min=0, help="Worker processes reading inputs (0: one per CPU)."),
+    ) -> None:
+        """Compare nodes of one kind with each other: each group's majority shape, every outlier and what
+        differs (with the evidence line), a drain list as a folded host list, and per-finding counts.
+
+        Exit codes: 0 every node passes and none differs, 1 warnings, unknown nodes or outliers, 2 a node
+        fails, 3 no input could be read, 64 a usage error.
+        """
+        import sys
+
+        from k3diag.exit_codes import EXIT_FAIL, EXIT_UNKNOWN
+        from k3diag.fleet.aggregate import aggregate
+        from k3diag.fleet.load import discover, iter_shapes
+
+        items, problems = discover(paths)
+        shapes = iter_shapes(items, workers=workers or None)
+        report = aggregate(shapes, problems)
+        written: list[str] = []
+        try:
+            if md is not None:
+                from k3diag.fleet.render_text import render_markdown
+
+                md.write_text(render_markdown(report), encoding="utf-8")
+                written.append(str(md))
+            if html is not None:
+                from k3diag.fleet.render_html import render_html
+
+                html.write_text(render_html(report), encoding="utf-8")
+                written.append(str(html))
+        except OSError as exc:
+            typer.echo(f"k3diag fleet: could not write the summary ({exc.strerror or exc}); check the path", err=True)
+            raise typer.Exit(EXIT_FAIL) from None
+        if as_json:
+            import json
+
+            sys.stdout.write(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+        else:
+            from k3diag.fleet.render_text import render_text
+
+            sys.stdout.write(render_text(report))
+        for path in written:
+            typer.echo(f"wrote {path}", err=True)
+        if report["totals"]["nodes"] == 0:
+            typer.echo("k3diag fleet: no node report could be read from the paths given (see 'not read' above).", err=True)
+            raise typer.Exit(EXIT_UNKNOWN)
+        raise typer.Exit(report["exit_code"])

@@ -1,0 +1,237 @@
+"""One node's health check under a hard deadline for the whole run.
+
+Slurm kills a `HealthCheckProgram` after 60 s and node-problem-detector a plugin after its `timeout`; a
+check that hangs in the kernel (nvidia-smi on a GPU that fell off the bus, an NVML call that never
+returns) must still answer in time. So the work runs in a forked child and the parent waits at most the
+deadline: if the child has not answered, it is killed with its process group and the check reports
+"unknown", naming the step that was running. Every command inside also has its own timeout, shorter
+than what is left of the deadline, so the usual case never reaches the kill.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from k3diag.exit_codes import EXIT_UNKNOWN
+
+DEFAULT_DEADLINE_S = 30.0
+# Time kept back from the deadline for analysis and output once collection is done.
+ANALYSIS_RESERVE_S = 3.0
+SPEC_FINDING_ID = "spec-mismatch"
+
+
+@dataclass
+class CheckRequest:
+    from_paths: list[Path] = field(default_factory=list)
+    root: Path = Path("/")
+    command_timeout_s: float = 20.0
+    deadline_s: float = DEFAULT_DEADLINE_S
+    fail_on: str = "warn"
+    spec_path: Path | None = None
+    nccl_tests: Path | None = None
+    p2p_test: Path | None = None
+    node: str | None = None
+
+
+def spec_findings(spec: Any, machine: Any) -> list[Any]:
+    """Purchase-spec lines that the machine does not meet, as findings (unknown lines become notes)."""
+    from k3diag.analyze.finding import Finding
+    from k3diag.audit.answer import FAIL, UNKNOWN
+    from k3diag.audit.spec import check_spec
+
+    findings = []
+    for check in check_spec(spec, machine):
+        if check.verdict == FAIL:
+            findings.append(Finding(
+                id=SPEC_FINDING_ID, severity="fail", subjects=[check.item],
+                title=f"{check.item}: expected {check.expected}, found {check.actual}",
+                explanation=f"The purchase spec says {check.item} = {check.expected}; this node has {check.actual}.",
+                evidence=list(check.evidence or []),
+                remedy="Compare the node with its order and the vendor's build sheet; reseat or replace the part, or "
+                       "correct the spec if the order changed.",
+                data={"expected": check.expected, "actual": check.actual},
+            ))
+        elif check.verdict == UNKNOWN:
+            machine.note("spec", f"the spec line {check.item} ({check.expected}) could not be checked: {check.actual}"
+                         + (f"; run `{check.request}` to settle it" if check.request else ""))
+    return findings
+
+
+def perform_check(request: CheckRequest, step: Any = None, started: float | None = None) -> dict:
+    """Collect (or read), analyze and report; returns {"report": ..., "exit_code": ...}. Runs in the child."""
+    from k3diag.analyze.pipeline import analyze_machine
+    from k3diag.analyze.verdict import exit_code_for
+    from k3diag.fleet.shape import evidence_from_machine, shape_from_report
+    from k3diag.render.json_report import build_report
+
+    started = time.monotonic() if started is None else started
+    spec = None
+    if request.spec_path is not None:
+        from k3diag.audit.spec import load_spec
+
+        spec = load_spec(request.spec_path)  # SpecError goes to the caller: a usage error
+    left = request.deadline_s - ANALYSIS_RESERVE_S - (time.monotonic() - started)
+    command_timeout = max(1.0, min(request.command_timeout_s, left))
+    if request.from_paths:
+        from k3diag.inputs import load_machine
+
+        if step:
+            step("reading saved evidence")
+        machine, _ = load_machine(list(request.from_paths))
+        source = ", ".join(str(p) for p in request.from_paths)
+    else:
+        from k3diag.inputs import load_live_machine
+
+        machine, evidence = load_live_machine(root=request.root, timeout_s=command_timeout, progress=step)
+        source = "live host"
+        if request.nccl_tests is not None or request.p2p_test is not None:
+            from k3diag.collect.benchmarks import run_benchmarks
+            from k3diag.model.build import build_machine
+
+            left = request.deadline_s - ANALYSIS_RESERVE_S - (time.monotonic() - started)
+            bench = run_benchmarks(request.nccl_tests, request.p2p_test, max(len(machine.gpus), 1),
+                                   max(1.0, left), step)
+            from k3diag.model.machine import Machine
+
+            machine = build_machine(list(evidence) + bench, Machine(live=True))
+    if request.node and not machine.host.hostname:
+        machine.host.hostname = request.node
+    if step:
+        step("analysis")
+    analysis = analyze_machine(machine)
+    findings = list(analysis.findings)
+    if spec is not None:
+        findings.extend(spec_findings(spec, machine))
+    code = exit_code_for(machine, findings, request.fail_on)
+    report = build_report(machine, findings, analysis.recommendation, analysis.verdict.to_json(), code)
+    report["shape"] = shape_from_report(report, source, evidence_from_machine(machine))
+    if request.node:
+        report["shape"]["node"] = request.node
+    return {"report": report, "exit_code": code}
+
+
+def _child(request: CheckRequest, conn: Any, started: float) -> None:
+    os.setpgrp()  # the parent kills this group at the deadline, whatever it spawned in it
+
+    def step(message: str) -> None:
+        try:
+            conn.send(("step", message))
+        except (OSError, ValueError):
+            pass
+
+    try:
+        outcome = perform_check(request, step, started)
+        conn.send(("done", json.dumps(outcome, default=str)))
+    except BaseException as exc:  # the parent turns it into one sentence
+        kind = "spec" if type(exc).__name__ == "SpecError" else "error"
+        try:
+            conn.send((kind, f"{exc}" if kind == "spec" else f"{type(exc).__name__}: {exc}"))
+        except (OSError, ValueError):
+            pass
+    finally:
+        conn.close()
+
+
+class CheckUsageError(Exception):
+    """The check cannot start (a spec file that cannot be used); `str()` says why."""
+
+
+def deadline_report(request: CheckRequest, message: str, elapsed: float) -> dict:
+    """The report for a check that did not finish: unknown, with the sentence saying why."""
+    from k3diag.model.machine import Machine
+    from k3diag.render.json_report import build_report
+
+    machine = Machine(live=not request.from_paths)
+    if request.node:
+        machine.host.hostname = request.node
+    machine.note("check", message)
+    report = build_report(machine, [], None, {"level": "unknown", "text": message, "best_tp": None}, EXIT_UNKNOWN)
+    from k3diag.fleet.shape import shape_from_report
+
+    report["shape"] = shape_from_report(report, "live host" if not request.from_paths else "saved evidence")
+    if request.node:
+        report["shape"]["node"] = request.node
+    return report
+
+
+def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
+    """(report, exit code, timing) for one check, never past `request.deadline_s` by more than a second."""
+    started = time.monotonic()
+    if sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods():
+        outcome = perform_check(request, None, started)  # no fork: bounded by the per-command timeouts only
+        return outcome["report"], outcome["exit_code"], _timing(request, started, False, None)
+    context = multiprocessing.get_context("fork")
+    parent_conn, child_conn = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(request, child_conn, started), daemon=True)
+    process.start()
+    child_conn.close()
+    last_step: str | None = None
+    result: tuple[str, str] | None = None
+    while result is None:
+        left = request.deadline_s - (time.monotonic() - started)
+        if left <= 0 or not parent_conn.poll(left):
+            break
+        try:
+            kind, payload = parent_conn.recv()
+        except (EOFError, OSError):
+            break
+        if kind == "step":
+            last_step = payload
+            continue
+        result = (kind, payload)
+    if result is None:
+        _kill(process)
+    process.join(timeout=2)
+    parent_conn.close()
+    elapsed = time.monotonic() - started
+    if result is not None and result[0] == "done":
+        outcome = json.loads(result[1])
+        return outcome["report"], outcome["exit_code"], _timing(request, started, False, last_step)
+    if result is not None and result[0] == "spec":
+        raise CheckUsageError(result[1])
+    if result is not None:
+        message = (f"k3diag check failed while {_doing(last_step)} ({result[1]}); run `k3diag collect -o node.tar.gz` "
+                   "and report the bundle")
+    elif process.exitcode not in (None, 0) and elapsed < request.deadline_s:
+        message = (f"k3diag check stopped while {_doing(last_step)} (exit {process.exitcode}); run "
+                   "`k3diag collect -o node.tar.gz` to see which source fails")
+    else:
+        message = (f"k3diag check did not finish within its {request.deadline_s:g} s deadline and was stopped while "
+                   f"{_doing(last_step)}; a GPU that fell off the bus or a hung driver makes such commands hang: "
+                   "check `dmesg | grep -i xid` and run `k3diag collect -o node.tar.gz --timeout 60` to see which "
+                   "one")
+    return deadline_report(request, message, elapsed), EXIT_UNKNOWN, _timing(request, started, result is None, last_step)
+
+
+def _doing(step: str | None) -> str:
+    if not step:
+        return "starting"
+    if step.split()[0] in {"nvidia-smi", "lspci", "rocm-smi", "amd-smi"}:
+        return f"running `{step}`"
+    return f"collecting {step}"
+
+
+def _timing(request: CheckRequest, started: float, timed_out: bool, step: str | None) -> dict:
+    return {"deadline_s": request.deadline_s, "elapsed_s": round(time.monotonic() - started, 3),
+            "timed_out": timed_out, "last_step": step}
+
+
+def _kill(process: Any) -> None:
+    pid = process.pid
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        try:
+            process.kill()
+        except Exception:
+            pass

@@ -1,0 +1,227 @@
+"""From the paths the operator gave to one shape per node, in parallel and in bounded memory.
+
+Inputs are bundles (`k3diag collect` archives or folders), folders of bundles, and JSON reports
+(`k3diag check --format json`, `k3diag analyze --json`). Each is read in a worker of a standard-library
+process pool; only its shape (a few hundred bytes) comes back, and at most a fixed number of tasks is in
+flight, so memory grows with the number of nodes by their shapes alone, never by their reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from k3diag.fleet.shape import SHAPE_SCHEMA, shape_from_report
+
+# A node report above this size is not a report k3diag wrote (one with 72 GPUs is a few MiB).
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+MAX_WALK_DEPTH = 4
+# Paths handed to one worker task: big enough that the pool's messaging costs little, small enough that
+# a slow bundle does not hold up many reports behind it.
+CHUNK = 32
+
+
+@dataclass(frozen=True)
+class FleetInput:
+    path: str
+    kind: str  # bundle | report
+
+
+def discover(paths: Iterable[Path]) -> tuple[list[FleetInput], list[str]]:
+    """Every bundle and JSON report under these paths, and one sentence for each path that is neither."""
+    from k3diag.bundle import looks_like_bundle
+
+    found: list[FleetInput] = []
+    problems: list[str] = []
+
+    def visit(path: Path, depth: int, given: bool) -> None:
+        if path.is_symlink() and not given:
+            return
+        if not path.exists():
+            problems.append(f"{path} does not exist; check the path")
+            return
+        try:
+            if looks_like_bundle(path):
+                found.append(FleetInput(str(path), "bundle"))
+                return
+        except OSError as exc:
+            problems.append(f"{path} could not be read ({exc.strerror or exc})")
+            return
+        if path.is_dir():
+            if depth >= MAX_WALK_DEPTH:
+                problems.append(f"{path} is nested deeper than {MAX_WALK_DEPTH} folders below what was given; "
+                                "not read")
+                return
+            try:
+                children = sorted(path.iterdir())
+            except OSError as exc:
+                problems.append(f"{path} could not be listed ({exc.strerror or exc})")
+                return
+            before = len(found)
+            for child in children:
+                if child.name.startswith("."):
+                    continue
+                visit(child, depth + 1, False)
+            if given and len(found) == before:
+                problems.append(f"{path} holds no bundle and no JSON report")
+            return
+        if path.is_file() and (path.suffix.lower() == ".json" or given):
+            found.append(FleetInput(str(path), "report"))
+        elif given:
+            problems.append(f"{path} is neither a bundle nor a JSON report")
+
+    for path in paths:
+        visit(Path(path), 0, True)
+    return found, problems
+
+
+def _fallback_name(path: str) -> str:
+    name = Path(path.rstrip("/")).name
+    for suffix in (".tar.gz", ".tgz", ".tar.xz", ".tar", ".json"):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _problem_shape(item: FleetInput, message: str) -> dict:
+    return {"schema": SHAPE_SCHEMA, "node": _fallback_name(item.path), "source": item.path, "problem": message}
+
+
+def shape_of_bundle(path: str) -> dict:
+    from k3diag.analyze.pipeline import analyze_machine
+    from k3diag.analyze.verdict import exit_code_for
+    from k3diag.bundle import BundleError, read_bundle
+    from k3diag.fleet.shape import evidence_from_machine
+    from k3diag.model.build import build_machine
+    from k3diag.model.machine import Machine
+    from k3diag.render.json_report import build_report
+
+    item = FleetInput(path, "bundle")
+    try:
+        bundle = read_bundle(Path(path))
+    except BundleError as exc:
+        return _problem_shape(item, str(exc))
+    machine = build_machine(bundle.evidence, Machine())
+    host = bundle.manifest.get("host") if isinstance(bundle.manifest, dict) else None
+    name = host.get("hostname") if isinstance(host, dict) else host if isinstance(host, str) else None
+    if isinstance(name, str) and name and not machine.host.hostname:
+        machine.host.hostname = name
+    analysis = analyze_machine(machine)
+    code = exit_code_for(machine, analysis.findings, "warn")
+    report = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
+    return shape_from_report(report, path, evidence_from_machine(machine)) | {"node": _node(report, path)}
+
+
+def _node(report: dict, path: str) -> str:
+    from k3diag.fleet.shape import node_name
+
+    return node_name(report, _fallback_name(path))
+
+
+def shape_of_report(path: str) -> dict:
+    item = FleetInput(path, "report")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        return _problem_shape(item, f"{path} could not be read ({exc.strerror or exc})")
+    if len(data) > MAX_REPORT_BYTES:
+        return _problem_shape(item, f"{path} is over {MAX_REPORT_BYTES // (1024 * 1024)} MiB: not a k3diag report")
+    try:
+        report = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _problem_shape(item, f"{path} is not JSON ({exc}); give bundles or `k3diag check --format json` output")
+    if not isinstance(report, dict) or report.get("schema") != "k3diag.report/1":
+        schema = report.get("schema") if isinstance(report, dict) else None
+        return _problem_shape(item, f"{path} is not a k3diag report (schema {schema!r}, expected 'k3diag.report/1')")
+    stored = report.get("shape")
+    if isinstance(stored, dict) and stored.get("schema") == SHAPE_SCHEMA and isinstance(stored.get("features"), dict):
+        # Written by `check` on the node, with the evidence lines the report alone no longer has.
+        shape = dict(stored)
+        shape["source"] = path
+        shape["node"] = _node(report, path) if not stored.get("node") else stored["node"]
+        return shape
+    return shape_from_report(report, path) | {"node": _node(report, path)}
+
+
+def shape_of(item: FleetInput) -> dict:
+    """Never raises: a node that cannot be read is a shape with a `problem` sentence."""
+    try:
+        return shape_of_bundle(item.path) if item.kind == "bundle" else shape_of_report(item.path)
+    except MemoryError:
+        return _problem_shape(item, f"{item.path} needed more memory than is available")
+    except Exception as exc:  # one odd node must not cost the fleet summary
+        return _problem_shape(item, f"{item.path} could not be analyzed ({type(exc).__name__}: {exc})")
+
+
+def _shapes_of(items: list[FleetInput]) -> list[dict]:
+    return [shape_of(item) for item in items]
+
+
+def _intern(shape: dict) -> dict:
+    """Share the strings that repeat across nodes (feature names and values, SKU fields, pair matrices)."""
+    intern = sys.intern
+    features = shape.get("features")
+    if isinstance(features, dict):
+        shape["features"] = {intern(str(k)): intern(str(v)) for k, v in features.items()}
+    if isinstance(shape.get("evidence"), dict):
+        shape["evidence"] = {intern(str(k)): v for k, v in shape["evidence"].items()}
+    if isinstance(shape.get("pairs"), str):
+        shape["pairs"] = intern(shape["pairs"])
+    sku = shape.get("sku")
+    if isinstance(sku, dict):
+        shape["sku"] = {intern(k): intern(v) if isinstance(v, str) else v for k, v in sku.items()}
+    for finding in shape.get("findings") or []:
+        for key in ("id", "severity", "title"):
+            if isinstance(finding.get(key), str):
+                finding[key] = intern(finding[key])
+    if isinstance(shape.get("state"), str):
+        shape["state"] = intern(shape["state"])
+    return shape
+
+
+def iter_shapes(items: list[FleetInput], workers: int | None = None,
+                progress: Callable[[int, int], None] | None = None) -> Iterator[dict]:
+    """Shapes in input order is not promised; every item yields exactly one shape."""
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    total = len(items)
+    done = 0
+    chunks = [items[i:i + CHUNK] for i in range(0, total, CHUNK)]
+    if workers <= 1 or len(chunks) <= 1:
+        for chunk in chunks:
+            for shape in _shapes_of(chunk):
+                done += 1
+                yield _intern(shape)
+            if progress:
+                progress(done, total)
+        return
+    window = workers * 2
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending: dict[Future, list[FleetInput]] = {}
+        queue = iter(chunks)
+        for chunk in queue:
+            pending[pool.submit(_shapes_of, chunk)] = chunk
+            if len(pending) >= window:
+                break
+        while pending:
+            finished, _ = wait(set(pending), return_when=FIRST_COMPLETED)
+            for future in finished:
+                chunk = pending.pop(future)
+                try:
+                    shapes = future.result()
+                except Exception as exc:  # a worker killed (out of memory, a signal): name its inputs
+                    shapes = [_problem_shape(item, f"{item.path} could not be analyzed: the worker reading it "
+                                                   f"stopped ({type(exc).__name__})") for item in chunk]
+                for shape in shapes:
+                    done += 1
+                    yield _intern(shape)
+                if progress:
+                    progress(done, total)
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending[pool.submit(_shapes_of, nxt)] = nxt
