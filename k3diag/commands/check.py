@@ -53,7 +53,9 @@ def register(app: typer.Typer) -> None:
         for path in from_paths or []:
             if not path.exists():
                 usage(f"{path} does not exist; check the path given to --from")
-        name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0] or None
+        # Slurm's name for this node; saved evidence read with --from keeps its own name unless one is given.
+        slurm_name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0] or "localhost"
+        name = node or os.environ.get("SLURMD_NODENAME") or (None if from_paths else slurm_name)
 
         from k3diag.fleet.check_run import CheckRequest, CheckUsageError, run_check
         from k3diag.render.check_formats import npd_exit_code, render, worst_finding, write_prom_file
@@ -89,7 +91,7 @@ def register(app: typer.Typer) -> None:
             reason = drain_reason(str(worst.get("id")), ",".join(worst.get("subjects") or []) or "host") if (
                 has_fail and worst) else None
             try:
-                message = apply(name or "localhost", failed=judged and has_fail, passed=judged and not has_fail,
+                message = apply(slurm_name, failed=judged and has_fail, passed=judged and not has_fail,
                                 reason=reason, scontrol=scontrol)
                 typer.echo(message, err=True)
             except SlurmError as exc:

@@ -94,7 +94,7 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
         source = "live host"
         if request.nccl_tests is not None or request.p2p_test is not None:
             from k3diag.collect.benchmarks import run_benchmarks
-            from k3diag.model.build import build_machine
+            from k3diag.join.build import build_machine
 
             left = request.deadline_s - ANALYSIS_RESERVE_S - (time.monotonic() - started)
             bench = run_benchmarks(request.nccl_tests, request.p2p_test, max(len(machine.gpus), 1),

@@ -97,7 +97,7 @@ def shape_of_bundle(path: str) -> dict:
     from k3diag.analyze.verdict import exit_code_for
     from k3diag.bundle import BundleError, read_bundle
     from k3diag.fleet.shape import evidence_from_machine
-    from k3diag.model.build import build_machine
+    from k3diag.join.build import build_machine
     from k3diag.model.machine import Machine
     from k3diag.render.json_report import build_report
 

@@ -42,3 +42,9 @@ def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         make_node(folder, name, width_gpu3=8 if number == 4 else 16, driver="550.54.15" if number == 6 else None)
     make_node(folder, "l40s-01", source=BAD)
     return folder
+
+
+@pytest.fixture
+def node_maker():
+    """`make_node` for tests that build their own small fleet."""
+    return make_node

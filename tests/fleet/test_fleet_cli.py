@@ -1,0 +1,117 @@
+"""`k3diag fleet` over a small fleet built from the real fixture bundles, and over check reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+from typer.testing import CliRunner
+
+from k3diag.cli import app
+REPO = Path(__file__).resolve().parents[2]
+GOOD = REPO / "fixtures" / "bundles" / "good-8x-h100-nvlink"
+SCHEMA = json.loads((REPO / "k3diag" / "data" / "schema" / "fleet.schema.json").read_text())
+
+
+def fleet(*args: str):
+    return CliRunner().invoke(app, ["fleet", *args])
+
+
+def test_terminal_names_the_outliers_what_differs_and_the_drain_list(fleet_dir: Path) -> None:
+    result = fleet(str(fleet_dir))
+    assert result.exit_code == 2, result.output
+    out = result.stdout
+    assert out.splitlines()[0] == "k3diag fleet: 7 node(s) in 2 group(s): 2 fail, 5 ok; 2 outlier(s)"
+    assert "drain (2): gpu004,l40s-01" in out
+    assert "outliers: gpu[004,006]" in out
+    assert "group 8x NVIDIA H100 80GB HBM3, 0 NIC: 6 node(s) (1 fail, 5 ok): gpu[001-006]" in out
+    assert "GPU3 PCIe width: x8 of x16 (majority x16 of x16 on 5 of 6)" in out
+    assert "evidence: gpu004:evidence/nvml-readings.json: GPU3 nvmlDeviceGetCurrPcieLinkGeneration=5" in out
+    assert "driver version: 550.54.15 (majority 535.129.03 on 5 of 6)" in out
+    assert "FAIL pcie-width-below-max: 2 node(s): gpu004,l40s-01" in out
+    assert "one node: nothing to compare it with" in out
+    assert "None" not in out
+
+
+def test_json_follows_the_documented_schema(fleet_dir: Path) -> None:
+    result = fleet(str(fleet_dir), "--json")
+    report = json.loads(result.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["drain"] == {"hosts": "gpu004,l40s-01", "nodes": 2}
+    group = report["groups"][0]
+    assert group["hosts"] == "gpu[001-006]" and group["majority"]["topology"]["nodes"] == 6
+    outliers = {o["node"]: o["differences"] for o in group["outliers"]}
+    assert set(outliers) == {"gpu004", "gpu006"}
+    width = next(d for d in outliers["gpu004"] if d["feature"] == "GPU3 PCIe width")
+    assert width["value"] == "x8 of x16" and width["majority"] == "x16 of x16" and width["majority_nodes"] == 5
+    assert "nvmlDeviceGetCurrPcieLinkWidth=8" in width["evidence"]
+
+
+def test_check_reports_and_bundles_mix_and_a_bad_file_is_named(tmp_path: Path, fleet_dir: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for name in ("gpu001", "gpu002", "gpu003", "gpu004"):
+        bundle = fleet_dir / name
+        result = CliRunner().invoke(app, ["check", "--from", str(bundle), "--node", name, "--format", "json"])
+        (reports / f"{name}.json").write_text(result.stdout)
+    (reports / "broken.json").write_text("{not json")
+    result = fleet(str(reports), "--json")
+    report = json.loads(result.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["totals"]["nodes"] == 4 and report["drain"]["hosts"] == "gpu004"
+    assert any("broken.json is not JSON" in item["problem"] for item in report["unreadable"])
+    diff = next(d for g in report["groups"] for o in g["outliers"] if o["node"] == "gpu004" for d in o["differences"]
+                if d["feature"] == "GPU3 PCIe width")
+    assert "nvmlDeviceGetCurrPcieLinkWidth=8" in diff["evidence"]  # the evidence line survived the JSON report
+
+
+def test_markdown_and_html_are_written(tmp_path: Path, fleet_dir: Path) -> None:
+    md, html = tmp_path / "fleet.md", tmp_path / "fleet.html"
+    result = fleet(str(fleet_dir), "--md", str(md), "--html", str(html))
+    assert result.exit_code == 2
+    text = md.read_text()
+    assert "**Drain (2):** `gpu004,l40s-01`" in text
+    assert "| gpu004 | GPU3 PCIe width | x8 of x16 | x16 of x16 |" in text
+    page = html.read_text()
+    assert page.count('class="node') == 7 and "<script" not in page
+    assert 'data-state="fail"' in page and ">gpu004</th>" in page
+
+
+def test_no_majority_blames_nobody(tmp_path: Path, node_maker) -> None:
+    folder = tmp_path / "pair"
+    folder.mkdir()
+    node_maker(folder, "a1")
+    node_maker(folder, "a2", driver="550.54.15")
+    report = json.loads(fleet(str(folder), "--json").stdout)
+    group = report["groups"][0]
+    assert group["outliers"] == []
+    split = next(s for s in group["split"] if s["feature"] == "driver version")
+    assert {v["value"] for v in split["values"]} == {"535.129.03", "550.54.15"}
+
+
+def test_nothing_readable_exits_3_with_a_sentence(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    result = fleet(str(tmp_path / "notes.txt"), str(tmp_path / "missing"))
+    assert result.exit_code == 3
+    assert "does not exist; check the path" in result.stdout
+    assert "no node report could be read" in result.stderr
+
+
+def test_many_reports_through_the_process_pool(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["check", "--from", str(GOOD), "--node", "x", "--format", "json"])
+    report = json.loads(result.stdout)
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for number in range(1, 101):
+        report["shape"]["node"] = f"n{number:03d}"
+        if number == 77:
+            report["shape"]["features"]["GPU5 PCIe width"] = "x4 of x16"
+            report["shape"]["evidence"]["GPU5 PCIe width"] = "n077:nvml-readings.json: GPU5 width x4"
+        (folder / f"n{number:03d}.json").write_text(json.dumps(report))
+        if number == 77:
+            report["shape"]["features"]["GPU5 PCIe width"] = "x16 of x16"
+    result = fleet(str(folder), "--workers", "2", "--json")
+    out = json.loads(result.stdout)
+    assert out["totals"]["nodes"] == 100 and out["outlier_hosts"] == "n077"
+    assert out["groups"][0]["hosts"] == "n[001-100]"
