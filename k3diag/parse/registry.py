@@ -63,6 +63,8 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r"RocmBandwidthTest|bandwidth GB/s"),
     FormatSpec("amdsmi-readings", "k3diag.parse.amdsmi_readings", "k3diag.join.merge_amd:merge_amdsmi",
                hint=r"k3diag\.amdsmi-readings/"),
+    FormatSpec("probe-readings", "k3diag.parse.probe_readings", "k3diag.join.merge_bench:merge_benchmark",
+               hint=r"k3diag\.probe-readings/"),
     FormatSpec("nccl-topo-xml", "k3diag.parse.nccl_topo_xml", "k3diag.join.merge_nccl:merge_topo_xml",
                hint=r"<system"),
 )

@@ -14,6 +14,7 @@ from typing import Iterable
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.bench_records import NcclTestsBenchmark, P2PBandwidthBenchmark
 from k3diag.model.machine import Machine
+from k3diag.model.probe_records import ProbeBenchmark
 from k3diag.model.source import SourceRef
 
 # Theoretical one-direction PCIe bandwidth per lane (GB/s) by generation; achieved ~80% of it.
@@ -259,8 +260,9 @@ def check_scaling_drops(machine: Machine, earlier: list[Finding]) -> Iterable[Fi
 # -- p2pBandwidthLatencyTest ---------------------------------------------------------------------
 
 
-def _p2p_benches(machine: Machine) -> list[P2PBandwidthBenchmark]:
-    return [b for b in machine.benchmarks if isinstance(b, P2PBandwidthBenchmark)]
+def _p2p_benches(machine: Machine) -> list[P2PBandwidthBenchmark | ProbeBenchmark]:
+    """Measurements with P2P-enabled/disabled matrices: p2pBandwidthLatencyTest, and k3diag probe."""
+    return [b for b in machine.benchmarks if isinstance(b, (P2PBandwidthBenchmark, ProbeBenchmark))]
 
 
 def check_p2p_enabled_not_faster(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
@@ -301,7 +303,7 @@ def check_p2p_enabled_not_faster(machine: Machine, earlier: list[Finding]) -> It
                        f"copies for {len(pairs)} GPU pair(s) (worst {worst[0]}->{worst[1]}: {worst[2]:.1f} vs "
                        f"{worst[3]:.1f} GB/s)"),
                 explanation=(
-                    f"p2pBandwidthLatencyTest measured '{ename}' against '{dname}': {listing}. Direct peer copies "
+                    f"{bench.tool} measured '{ename}' against '{dname}': {listing}. Direct peer copies "
                     "should beat copies staged through host memory (PCIe P2P by ~1.5-2x, NVLink by far more). When they "
                     "do not, peer traffic is being bounced through the CPU root complex (ACS ReqRedir/CmpltRedir on the "
                     "bridges, IOMMU translation) or the pair is cross-socket; NCCL will use such P2P and run slower than "
