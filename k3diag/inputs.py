@@ -189,12 +189,14 @@ def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
 
 
 def load_live_machine(
-    root: Path = Path("/"), timeout_s: float = 20.0, progress: Callable[[str], None] | None = None
+    root: Path = Path("/"), timeout_s: float = 20.0, progress: Callable[[str], None] | None = None,
+    texts: str = "all",
 ) -> tuple[Machine, list[Evidence]]:
-    """Collect from this host and build the model; also returns the evidence (for `collect`)."""
+    """Collect from this host and build the model; also returns the evidence (for `collect`).
+    `texts="missing"` skips tool outputs whose facts the in-process readings already gave."""
     from k3diag.collect.live import collect_live
     from k3diag.join.build import build_machine
 
-    evidence = collect_live(root=root, timeout_s=timeout_s, progress=progress)
+    evidence = collect_live(root=root, timeout_s=timeout_s, progress=progress, texts=texts)
     machine = build_machine(evidence, Machine(live=True))
     return machine, evidence

@@ -7,6 +7,7 @@ sentence, and the rest is still collected. The same evidence goes into bundles.
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -53,12 +54,60 @@ def _optional(module: str, function: str) -> Callable | None:
         return None
 
 
+# Drivers of NICs that GPUDirect RDMA can use. NVML gives GPU-GPU paths but no GPU-NIC path, so
+# with such a NIC present the live report still runs `nvidia-smi topo -m` (its NIC columns).
+RDMA_NIC_DRIVERS = frozenset({"mlx5_core", "mlx4_core", "bnxt_en", "irdma", "ice", "efa", "ionic", "qede", "cxgb4"})
+
+
+def _snapshot_has_rdma_nic(item: Evidence | None) -> bool:
+    if item is None or item.error or not item.data:
+        return False
+    try:
+        doc = json.loads(item.data)
+    except ValueError:
+        return False
+    devices = doc.get("devices") if isinstance(doc, dict) else None
+    return any(isinstance(d, dict) and d.get("driver") in RDMA_NIC_DRIVERS for d in devices or [])
+
+
+def _readings_hold_gpus(item: Evidence) -> bool:
+    """NVML/amdsmi readings that list at least one GPU: the report needs no nvidia-smi text then."""
+    if item.error or not item.data:
+        return False
+    try:
+        doc = json.loads(item.data)
+    except ValueError:
+        return False
+    return bool(isinstance(doc, dict) and doc.get("devices"))
+
+
+def link_class_evidence() -> list[Evidence]:
+    """In-process GPU readings (NVML, amdsmi): names, bus ids and PCIe link state, in milliseconds."""
+    evidence: list[Evidence] = []
+    for module, function, name in (("k3diag.collect.nvml", "collect_nvml", "nvml-readings.json"),
+                                   ("k3diag.collect.amdsmi", "collect_amdsmi", "amdsmi-readings.json")):
+        collector = _optional(module, function)
+        if collector is None:
+            continue
+        try:
+            evidence.append(collector())
+        except Exception as exc:  # a collector bug must not cost the probe its report
+            evidence.append(Evidence(name=name, kind="reading", error=f"{function} failed: {exc}"))
+    return evidence
+
+
 def collect_live(
     root: Path = Path("/"),
     timeout_s: float = 20.0,
     progress: Callable[[str], None] | None = None,
     which: Callable[[str], str | None] = shutil.which,
+    texts: str = "all",
 ) -> list[Evidence]:
+    """Every source of this host. `texts="all"` (collect) also saves every tool's text output;
+    `texts="missing"` (a live report) runs a tool only for facts the in-process readings lack:
+    every `nvidia-smi` text when NVML listed no GPU, else only `nvidia-smi topo -m` and only when an
+    RDMA NIC is present (its GPU-NIC columns); `lspci` when sysfs gave no PCI snapshot. So `k3diag
+    topo` answers in the time NVML takes instead of eight nvidia-smi runs (seconds each on a big box)."""
     def step(message: str) -> None:
         if progress is not None:
             progress(message)
@@ -91,7 +140,19 @@ def collect_live(
         except Exception as exc:
             evidence.append(Evidence(name="amdsmi-readings.json", kind="reading", error=f"amdsmi collection failed: {exc}"))
 
-    for group, tool in ((NVIDIA_COMMANDS, "nvidia-smi"), (PCI_COMMANDS, "lspci"), (AMD_COMMANDS, None)):
+    groups = [(NVIDIA_COMMANDS, "nvidia-smi"), (PCI_COMMANDS, "lspci"), (AMD_COMMANDS, None)]
+    if texts == "missing":
+        by_name = {item.name: item for item in evidence}
+        nvml_read = any(_readings_hold_gpus(item) for item in evidence if item.name == "nvml-readings.json")
+        amd_read = any(_readings_hold_gpus(item) for item in evidence if item.name == "amdsmi-readings.json")
+        sysfs = by_name.get("sysfs-snapshot.json")
+        if nvml_read:
+            groups[0] = (NVIDIA_COMMANDS[:1] if _snapshot_has_rdma_nic(sysfs) else (), "nvidia-smi")
+        groups = [(group, tool) for group, tool in groups
+                  if group
+                  and not (tool == "lspci" and sysfs is not None and sysfs.error is None)
+                  and not (tool is None and amd_read)]
+    for group, tool in groups:
         for name, argv, fmt in group:
             if which(argv[0]) is None:
                 if tool is not None and argv is group[0][1]:

@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "k3diag.commands.audit",
     "k3diag.commands.check",
     "k3diag.commands.fleet",
+    "k3diag.commands.probe",
 )
 
 

@@ -30,6 +30,6 @@ def register(app: typer.Typer) -> None:
         else:
             from k3diag.inputs import load_live_machine
 
-            machine, _ = load_live_machine(root=root, timeout_s=timeout)
+            machine, _ = load_live_machine(root=root, timeout_s=timeout, texts="missing")
             title = f"k3diag topo: live host {machine.host.hostname or ''}".rstrip()
         raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp)))

@@ -110,9 +110,16 @@ class FakeCudaLibrary:
         self.current: int | None = None
 
     def __getattribute__(self, name: str) -> Any:
-        if name.startswith("cu"):
-            object.__getattribute__(self, "m").calls.append(name)
-        return object.__getattribute__(self, name)
+        attribute = object.__getattribute__(self, name)
+        if not (name.startswith("cu") and name[2:3].isupper()):  # cuMemAlloc_v2, not self.current
+            return attribute
+        calls = object.__getattribute__(self, "m").calls
+
+        def recorded(*args: Any) -> int:  # the bindings keep this function: every call is logged
+            calls.append(name)
+            return attribute(*args)
+
+        return recorded
 
     # cuDevicePrimaryCtxRetain hands out 0x1000 + ordinal; CUdevice is the ordinal itself.
     def _ctx_device(self, ctx: Any) -> int:
@@ -375,3 +382,15 @@ def cuda_slow_h2d() -> tuple[FakeCudaLibrary, str]:
     machine.devices[1].d2h_gbps = 18.0
     machine.peer_enabled_gbps = {(0, 1): 12.0, (1, 0): 12.0}
     return FakeCudaLibrary(machine), "nvidia"
+
+
+class _StuckCuda(FakeCudaLibrary):
+    def cuInit(self, flags: int) -> int:  # a driver call that never returns (a GPU off the bus)
+        import time
+
+        time.sleep(3600)
+        return self.SUCCESS
+
+
+def cuda_stuck() -> tuple[FakeCudaLibrary, str]:
+    return _StuckCuda(h200_pair()), "nvidia"

@@ -47,7 +47,7 @@ class ProbeOptions:
     repeats: int = DEFAULT_REPEATS
     deadline_s: float = DEFAULT_DEADLINE_S
     force: bool = False
-    devices: list[int] | None = None  # None: every GPU the driver lists
+    devices: list[int] | None = None  # GPU indices as nvidia-smi/rocm-smi number them; None: all
     pairs: bool = True
     max_used_fraction: float = DEFAULT_MAX_USED_FRACTION
 
@@ -264,65 +264,75 @@ def run_probe(api: GpuApi, options: ProbeOptions, clock: Callable[[], float] = t
     if count == 0:
         doc["unavailable"] = f"{api.library} is loaded but lists no GPU"
         return doc
-    wanted = [d for d in (options.devices if options.devices is not None else range(count))]
-    for device in wanted:
-        if not 0 <= device < count:
-            doc["skipped"].append({"what": f"GPU{device}", "reason": f"the driver lists only {count} GPU(s)"})
+    # Driver ordinals follow CUDA_DEVICE_ORDER (fastest first by default); nvidia-smi, NVML and
+    # rocm-smi number GPUs in PCI bus order. Report in that order so GPU3 here is GPU3 there.
+    bus_ids = {ordinal: _or_none(lambda: api.pci_bus_id(ordinal)) for ordinal in range(count)}
+    ordinals = sorted(range(count), key=lambda o: (bus_ids[o] is None, (bus_ids[o] or "").lower()[-12:], o))
+    index_of = {ordinal: index for index, ordinal in enumerate(ordinals)}
+    wanted = list(options.devices) if options.devices is not None else list(range(count))
+    for index in wanted:
+        if not 0 <= index < count:
+            doc["skipped"].append({"what": f"GPU{index}", "reason": f"the driver lists only {count} GPU(s)"})
     prober = _Prober(api, options, clock, sleep)
-    usable: list[int] = []
+    usable: list[int] = []  # driver ordinals
     pending_gpus: list[int] = []
     pending_pairs: list[tuple[int, int]] = []
-    for device in (d for d in wanted if 0 <= d < count):
-        gpu = {"index": device, "name": _or_none(lambda: api.device_name(device)),
-               "bus_id": _or_none(lambda: api.pci_bus_id(device)), "memory_free_bytes": None,
-               "memory_total_bytes": None, "host_to_device": None, "device_to_host": None, "data_ok": None}
+    records: dict[int, dict] = {}
+    for index in (i for i in wanted if 0 <= i < count):
+        ordinal = ordinals[index]
+        gpu = {"index": index, "ordinal": ordinal, "name": _or_none(lambda: api.device_name(ordinal)),
+               "bus_id": bus_ids[ordinal], "memory_free_bytes": None, "memory_total_bytes": None,
+               "host_to_device": None, "device_to_host": None, "data_ok": None}
         doc["gpus"].append(gpu)
+        records[ordinal] = gpu
         try:
-            free, total = api.memory_info(device)
+            free, total = api.memory_info(ordinal)
         except GpuApiError as exc:
-            doc["errors"].append(f"GPU{device}: memory information unavailable: {exc}")
+            doc["errors"].append(f"GPU{index}: memory information unavailable: {exc}")
             continue
         gpu["memory_free_bytes"], gpu["memory_total_bytes"] = free, total
         used_fraction = (total - free) / total if total else 1.0
         if used_fraction > options.max_used_fraction and not options.force:
-            doc["skipped"].append({"what": f"GPU{device}", "reason": (
+            doc["skipped"].append({"what": f"GPU{index}", "reason": (
                 f"{used_fraction:.0%} of its memory is in use (another job is on it); probing would disturb that job "
                 "and measure contention, not the link: rerun with --force to probe it anyway")})
             continue
         if free < options.size_bytes + HEADROOM_BYTES:
-            doc["skipped"].append({"what": f"GPU{device}", "reason": (
+            doc["skipped"].append({"what": f"GPU{index}", "reason": (
                 f"only {free // MIB} MiB free, less than the {options.size_bytes // MIB} MiB buffer plus headroom; "
                 "rerun with a smaller --size-mib")})
             continue
-        usable.append(device)
+        usable.append(ordinal)
     if not usable:
         doc["elapsed_s"] = round(clock() - started, 3)
         return doc
-    gpu_records = {g["index"]: g for g in doc["gpus"]}
+    label = {ordinal: f"GPU{index_of[ordinal]}" for ordinal in usable}
     try:
         prober.setup(usable)
         pending_gpus = list(usable)
         pending_pairs = [(a, b) for a in usable for b in usable if a != b] if options.pairs else []
         # An item leaves its pending list only once measured, so a deadline names what is left.
         while pending_gpus:
-            device = pending_gpus[0]
+            ordinal = pending_gpus[0]
             try:
-                gpu_records[device].update(prober.probe_gpu(device))
+                records[ordinal].update(prober.probe_gpu(ordinal))
             except GpuApiError as exc:
-                doc["errors"].append(f"GPU{device}: host copies failed: {exc}")
+                doc["errors"].append(f"{label[ordinal]}: host copies failed: {exc}")
             pending_gpus.pop(0)
         while pending_pairs:
             src, dst = pending_pairs[0]
             if not prober.time_left():
                 raise DeadlineReached()
             try:
-                doc["pairs"].append(prober.probe_pair(src, dst))
+                pair = prober.probe_pair(src, dst)
+                pair["src"], pair["dst"] = index_of[src], index_of[dst]
+                doc["pairs"].append(pair)
             except GpuApiError as exc:
-                doc["errors"].append(f"GPU{src}->GPU{dst}: {exc}")
+                doc["errors"].append(f"{label[src]}->{label[dst]}: {exc}")
             pending_pairs.pop(0)
     except DeadlineReached:
         doc["deadline_reached"] = True
-        left = [f"GPU{d}" for d in pending_gpus] + [f"GPU{a}->GPU{b}" for a, b in pending_pairs]
+        left = [label[o] for o in pending_gpus] + [f"{label[a]}->{label[b]}" for a, b in pending_pairs]
         if left:
             doc["skipped"].append({"what": ", ".join(left), "reason": (
                 f"the probe's deadline of {options.deadline_s:g} s was reached; rerun with a larger --deadline or "

@@ -1,0 +1,95 @@
+"""`k3diag probe` as a user runs it: the console script in a real subprocess. Without a GPU it says
+why in one sentence; with the fake driver library (K3DIAG_PROBE_LIBRARY) the real bindings, the
+child process and the report run as on a GPU host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _k3diag(*args: str, library: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), NO_COLOR="1")
+    env.pop("K3DIAG_PROBE_LIBRARY", None)
+    if library:
+        env["K3DIAG_PROBE_LIBRARY"] = f"tests.probe.fake_gpu:{library}"
+    script = Path(sys.executable).parent / "k3diag"
+    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "k3diag"]
+    return subprocess.run([*argv, "probe", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def test_without_a_gpu_driver_one_sentence_and_exit_3() -> None:
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda") or ctypes.util.find_library("amdhip64"):
+        pytest.skip("this host has a GPU driver library")
+    done = _k3diag()
+    assert done.returncode == 3
+    assert done.stdout == ""
+    assert done.stderr.startswith("k3diag probe: nothing was measured: libcuda.so.1 (the NVIDIA driver's CUDA library)")
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_fake_h200_pair_prints_measurements_and_passes() -> None:
+    done = _k3diag("--size-mib", "4", library="cuda_h200_pair")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "k3diag probe: 2 GPU(s) through nvidia-fake (driver 12.4), 4 MiB buffers, best of 3"
+    gpu0 = next(line for line in lines if line.startswith("    0  NVIDIA H200"))
+    assert "0000:18:00.0" in gpu0 and "53.0" in gpu0 and "54.5" in gpu0 and gpu0.endswith("intact")
+    pair = next(line for line in lines if line.startswith("   0 -> 1"))
+    assert pair.split() == ["0", "->", "1", "yes", "370.0", "21.0", "intact"]
+    assert "No finding: every byte arrived." in done.stdout
+    # without NVML here the PCIe link class is unknown: said, not passed off as good
+    assert ("Link class unknown for GPU0, GPU1, so their host copies were not judged: `nvidia-smi -q -d PCIE`"
+            in done.stdout)
+
+
+def test_json_report_carries_the_probe_record() -> None:
+    import jsonschema
+
+    done = _k3diag("--size-mib", "4", "--json", library="cuda_slow_h2d")
+    report = json.loads(done.stdout)
+    schema = json.loads((REPO / "k3diag" / "data" / "schema" / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    probe = next(b for b in report["benchmarks"] if b["tool"] == "k3diag-probe")
+    assert probe["gpus"][1]["host_to_device_gbps"] == 17.0
+    assert probe["pairs"][0]["peer_enabled_gbps"] == 12.0
+    # P2P at 12 GB/s against 21 GB/s staged through the host: the same rule that judges p2pBandwidthLatencyTest
+    finding = next(f for f in report["findings"] if f["id"] == "p2p-enabled-not-faster")
+    assert finding["severity"] == "warn"
+    assert "k3diag-probe measured" in finding["explanation"]
+    assert "0->1 12.0 vs 21.0" in finding["explanation"]
+    assert done.returncode == 1
+
+
+def test_copies_that_never_finish_stop_at_the_deadline() -> None:
+    started = time.monotonic()
+    done = _k3diag("--size-mib", "4", "--deadline", "1", library="cuda_hanging")
+    assert time.monotonic() - started < 30
+    assert done.returncode == 3
+    assert "nothing was measured" not in done.stderr  # the GPUs were found; their copies were not measured
+    assert "the probe's deadline of 1 s was reached" in done.stdout
+    assert "GPU0, GPU1, GPU0->GPU1, GPU1->GPU0" in done.stdout
+
+
+def test_a_driver_call_that_never_returns_is_killed_with_its_process_group() -> None:
+    started = time.monotonic()
+    done = _k3diag("--deadline", "1", library="cuda_stuck")
+    elapsed = time.monotonic() - started
+    assert 6 <= elapsed < 30
+    assert done.returncode == 3
+    assert "the probe did not finish within 7 s and was stopped" in done.stderr
+    time.sleep(0.2)
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if "k3diag.collect.probe.child" in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
