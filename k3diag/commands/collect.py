@@ -17,6 +17,8 @@ def register(app: typer.Typer) -> None:
         p2p_test: Optional[Path] = typer.Option(None, "--p2p-test", help="Path to the p2pBandwidthLatencyTest binary to run."),
         timeout: float = typer.Option(20.0, "--timeout", min=1.0, help="Seconds each command may take before it is stopped."),
         bench_timeout: float = typer.Option(900.0, "--bench-timeout", min=1.0, help="Seconds each benchmark run may take."),
+        probe: bool = typer.Option(False, "--probe", help="Also run `k3diag probe` (host<->GPU and GPU<->GPU copies) and store its readings."),
+        probe_size_mib: int = typer.Option(256, "--probe-size-mib", min=1, max=16384, help="Buffer size for --probe, MiB."),
         root: Path = typer.Option(Path("/"), "--root", hidden=True, help="Read sysfs/proc under this root (testing)."),
     ) -> None:
         """Collect every available source from this host into a bundle (folder or .tar.gz)."""
@@ -51,6 +53,12 @@ def register(app: typer.Typer) -> None:
                 from k3diag.collect.benchmarks import run_benchmarks
 
                 evidence.extend(run_benchmarks(nccl_tests, p2p_test, max(len(machine.gpus), 1), bench_timeout, progress))
+            if probe:
+                from k3diag.collect.probe.measure import MIB, ProbeOptions
+                from k3diag.collect.probe.run import probe_evidence
+
+                progress("k3diag probe (copies between host and GPUs)")
+                evidence.append(probe_evidence(ProbeOptions(size_bytes=probe_size_mib * MIB)))
         finally:
             if status is not None:
                 status.stop()

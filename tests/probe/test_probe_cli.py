@@ -93,3 +93,19 @@ def test_a_driver_call_that_never_returns_is_killed_with_its_process_group() -> 
     leftovers = [p for p in psutil.process_iter(["cmdline"])
                  if "k3diag.collect.probe.child" in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
+
+
+def test_collect_probe_stores_the_readings_and_analyze_reads_them_back(tmp_path: Path) -> None:
+    bundle = tmp_path / "node.tar.gz"
+    env_root = REPO / "fixtures" / "hostroot" / "dual_socket"
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", PATH="/nonexistent",
+               K3DIAG_PROBE_LIBRARY="tests.probe.fake_gpu:cuda_h200_pair")
+    done = subprocess.run([sys.executable, "-m", "k3diag", "collect", "-o", str(bundle), "--probe", "--probe-size-mib", "4", "--root",
+                           str(env_root)], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
+    assert bundle.is_file(), done.stderr
+    analyzed = subprocess.run([sys.executable, "-m", "k3diag", "analyze", str(bundle), "--json"],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    report = json.loads(analyzed.stdout)
+    probe = next(b for b in report["benchmarks"] if b["tool"] == "k3diag-probe")
+    assert [g["host_to_device_gbps"] for g in probe["gpus"]] == [53.0, 53.0]
+    assert any(i["format"] == "probe-readings" for i in report["inputs"])
