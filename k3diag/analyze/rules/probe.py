@@ -138,6 +138,7 @@ def check_data_mismatch(machine: Machine, earlier: list[Finding]) -> Iterable[Fi
 
 
 RULES = (
-    Rule("probe-host-bandwidth-low", "warn", "Host<->GPU copies far below the PCIe link class", check_host_bandwidth_low),
-    Rule("probe-data-mismatch", "fail", "Copied bytes did not arrive intact", check_data_mismatch),
+    Rule("probe-host-bandwidth-low", "warn", "Host<->GPU copies far below the PCIe link class", check_host_bandwidth_low,
+         kind="fault"),
+    Rule("probe-data-mismatch", "fail", "Copied bytes did not arrive intact", check_data_mismatch, kind="fault"),
 )
