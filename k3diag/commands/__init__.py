@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "k3diag.commands.check",
     "k3diag.commands.fleet",
     "k3diag.commands.probe",
+    "k3diag.commands.serving",
 )
 
 

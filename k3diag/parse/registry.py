@@ -67,6 +67,21 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r"k3diag\.probe-readings/"),
     FormatSpec("nccl-topo-xml", "k3diag.parse.nccl_topo_xml", "k3diag.join.merge_nccl:merge_topo_xml",
                hint=r"<system"),
+    # Serving benchmarks (docs/serving.md): kept for `k3diag serving --from` and the audit.
+    FormatSpec("vllm-bench-serve", "k3diag.parse.serving.vllm_bench", "k3diag.model.merge_serving:merge_serving",
+               hint=r'"(?:request|output)_throughput"'),
+    FormatSpec("sglang-bench-serving", "k3diag.parse.serving.sglang_bench", "k3diag.model.merge_serving:merge_serving",
+               hint=r"retokenized|e2e_latency_ms"),
+    FormatSpec("trtllm-bench", "k3diag.parse.serving.trtllm_bench", "k3diag.model.merge_serving:merge_serving",
+               hint=r'"world_info"'),
+    FormatSpec("aiperf", "k3diag.parse.serving.aiperf", "k3diag.model.merge_serving:merge_serving",
+               hint=r'"(?:request_throughput|time_to_first_token|request_latency|output_token_throughput)"\s*:\s*\{'),
+    FormatSpec("llmperf", "k3diag.parse.serving.llmperf", "k3diag.model.merge_serving:merge_serving",
+               hint=r'"results_'),
+    FormatSpec("vllm-engine-log", "k3diag.parse.serving.vllm_log", "k3diag.model.merge_serving:merge_engine_log",
+               hint=r"LLM engine|vLLM|Custom allreduce|custom_all_reduce|gpu_p2p_access_cache"),
+    FormatSpec("vllm-p2p-cache", "k3diag.parse.serving.p2p_cache", "k3diag.model.merge_serving:merge_p2p_cache",
+               hint=r'"\d+->\d+"'),
 )
 
 FORMAT_NAMES: tuple[str, ...] = tuple(spec.name for spec in FORMATS)

@@ -27,7 +27,7 @@ def build_report(
     recommendations: dict[str, Any] = {"tp_groups": {}, "rationale": None}
     if recommendation is not None:
         recommendations.update(recommendation.to_json())
-    return {
+    report = {
         "schema": SCHEMA_ID,
         "tool": {"name": "k3diag", "version": __version__},
         "generated_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
@@ -52,6 +52,19 @@ def build_report(
         "findings": [finding.to_json() for finding in findings],
         "recommendations": recommendations,
     }
+    serving = _serving(machine)
+    if serving is not None:
+        report["serving"] = serving
+    return report
+
+
+def _serving(machine: Machine) -> dict | None:
+    """Serving results read with the machine's evidence (docs/serving.md), when there were any."""
+    extras = machine.extras
+    keys = {"runs": "serving_runs", "engines": "serving_engines", "p2p_caches": "vllm_p2p_caches"}
+    if not any(extras.get(key) for key in keys.values()):
+        return None
+    return {name: [item.to_json() for item in extras.get(key, [])] for name, key in keys.items()}
 
 
 def dumps(report: dict) -> str:

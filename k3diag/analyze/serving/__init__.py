@@ -1,0 +1,1 @@
+"""Serving benchmarks compared across layouts (`k3diag serving`): matching, ranking, explanation."""

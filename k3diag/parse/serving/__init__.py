@@ -1,0 +1,1 @@
+"""Readers for serving benchmark results and serving-engine logs (see docs/serving.md)."""

@@ -1,0 +1,103 @@
+"""`k3diag serving` end to end: the table, the verdict, the JSON contract, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+from typer.testing import CliRunner
+
+from k3diag.cli import app
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "serving"
+SEED = FIXTURES / "seed-4x4090"
+runner = CliRunner()
+BOX_DRAWING = set("─│┌┐└┘├┤┬┴┼━┃┏┓┗┛╭╮╯╰")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["serving", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def schema() -> dict:
+    return json.loads(resources.files("k3diag").joinpath("data/schema/serving.schema.json").read_text())
+
+
+def test_piped_table_is_plain_text_with_the_verdict_and_why() -> None:
+    code, out, _ = run(str(SEED / "results"), "--from", str(SEED / "bundle"), "--slo-tpot-ms", "42")
+    assert code == 0
+    assert not (set(out) & BOX_DRAWING) and "\x1b[" not in out
+    lines = out.splitlines()
+    tp4 = next(line for line in lines if line.startswith("TP4 GPUs 0,1,2,3") and "concurrency 16/replica" in line
+               and "tok" not in line and "372" in line)
+    assert "93.0" in tp4  # 372 output tok/s over 4 GPUs
+    assert any(line.startswith("TP2 GPUs 0,1") and line.rstrip().endswith("BEST") for line in lines)
+    assert "Verdict: 2x TP2 on GPUs 0,1 | 2,3 serves the most output tokens/s per GPU at P99 TPOT <= 42 ms" in out
+    assert "4.18x TP4 GPUs 0,1,2,3" in out
+    assert "[BAD] worst link inside the group: GPU0-GPU2 SYS" in out
+    assert "vllm-tp4.log:6: (VllmWorker rank=0 pid=2121) WARNING" in out  # the log line quoted as evidence
+    assert "None" not in out and "?" not in out.replace("?", "")  # no placeholder leaks into prose
+
+
+def test_not_recorded_percentiles_are_said_once() -> None:
+    code, out, _ = run(str(FIXTURES / "vllm-benchmark-serving-llmd-qps-sweep.jsonl"))
+    assert code == 3
+    assert "53.0/n/r/89.8" in out  # TTFT p50/p95/p99 at 10 req/s: P95 not recorded
+    assert "n/r = not recorded by the tool" in out and "--metric-percentiles 50,95,99" in out
+    assert "Left out: layout unknown (3 runs in" in out
+
+
+def test_json_follows_the_schema_and_the_contract_names() -> None:
+    code, out, _ = run(str(SEED / "results"), "--from", str(SEED / "bundle"), "--slo-tpot-ms", "42", "--json")
+    assert code == 0
+    data = json.loads(out)
+    jsonschema.validate(data, schema())
+    layout = next(item for item in data["layouts"] if item["tp"] == 4 and item["concurrency"] == 16)
+    assert layout["gpus"] == [0, 1, 2, 3] and layout["source"] == "file"
+    assert layout["throughput"]["output_tok_per_s_per_gpu"] == 93.0
+    assert set(layout["tpot_ms"]) >= {"mean", "p50", "p95", "p99"} and layout["tpot_ms"]["p99"] == 45.8
+    assert layout["slo"]["meets"] is False and data["comparable"] is True
+    assert data["best"]["label"] == "2x TP2 on GPUs 0,1 | 2,3" and data["best"]["ratio_to_runner_up"] == 4.18
+    names = {fact["name"] for item in data["explanation"] for fact in item["facts"]}
+    assert {"worst_link", "p2p", "nccl_transport", "custom_allreduce", "allreduce_per_token"} <= names
+
+
+def test_every_fixture_report_validates(tmp_path: Path) -> None:
+    for target in (FIXTURES, FIXTURES / "h100-llama70b"):
+        code, out, _ = run(str(target), "--json")
+        assert code in (0, 3)
+        jsonschema.validate(json.loads(out), schema())
+
+
+def test_usage_errors_exit_64_with_one_sentence() -> None:
+    code, _, err = run(str(SEED / "results"), "--slo-tpot-ms", "-5")
+    assert code == 64 and "--slo-tpot-ms must be a positive number" in err
+    code, _, err = run(str(SEED / "nope.json"))
+    assert code == 64 and "does not exist" in err
+    code, _, err = run(str(SEED / "results"), "--model", "not-a-model")
+    assert code == 64 and "Traceback" not in err
+
+
+def test_nothing_readable_exits_3(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    code, out, err = run(str(tmp_path))
+    assert code == 3 and "no serving benchmark result was found" in err
+    assert "No serving benchmark result was found in the inputs." in out
+
+
+def test_terminal_rendering_uses_tables() -> None:
+    from k3diag.analyze.serving.compare import Slo
+    from k3diag.analyze.serving.report import build_report
+    from k3diag.inputs_serving import load_serving
+    from k3diag.render.serving_text import render_terminal
+
+    report = build_report(load_serving([SEED / "results"]).runs, None, Slo(tpot_ms=42))
+    stream = io.StringIO()
+    render_terminal(report, stream)
+    text = stream.getvalue()
+    assert "Serving benchmarks by layout" in text and "out tok/s/GPU" in text and "Verdict:" in text
