@@ -30,7 +30,7 @@ class ServingInputs:
 
 def load_serving(paths: list[Path]) -> ServingInputs:
     from k3diag.inputs import load_machine
-    from k3diag.model.merge_serving import ENGINES, RUNS
+    from k3diag.join.merge_serving import ENGINES, RUNS
 
     machine, errors = load_machine(paths)
     # The sidecar is read here, not detected as a tool output: keep it out of the unknown inputs.

@@ -77,8 +77,11 @@ def register(app: typer.Typer) -> None:
         elif not (machine.gpus or machine.links or machine.nccl or machine.extras.get("serving_engines")):
             machine = None
         slo = Slo(tpot_ms=slo_tpot_ms, ttft_ms=slo_ttft_ms, stat=slo_stat.lower())
+        from k3diag.advise.serving import estimate_allreduce, predict_layouts
+
         report = build_report(loaded.runs, machine, slo, model_name=model, inputs=loaded.inputs,
-                              warnings=warnings, machine_source=machine_source)
+                              warnings=warnings, machine_source=machine_source,
+                              estimate=estimate_allreduce, predictor=predict_layouts)
         written = None
         if html is not None:
             from k3diag.render.serving_html import render_html

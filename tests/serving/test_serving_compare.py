@@ -136,7 +136,9 @@ def test_explanation_joins_the_machine_evidence() -> None:
     machine, _ = load_machine([SEED / "bundle"])
     machine.extras.update({k: v for k, v in loaded.machine.extras.items() if k != "serving_runs"})
     machine.nccl.extend(loaded.machine.nccl)
-    report = build_report(loaded.runs, machine, Slo(tpot_ms=42), machine_source="bundle")
+    from k3diag.advise.serving import estimate_allreduce
+
+    report = build_report(loaded.runs, machine, Slo(tpot_ms=42), machine_source="bundle", estimate=estimate_allreduce)
     tp4 = next(item for item in report.explanations if item.tp == 4)
     facts = {fact.name: fact for fact in tp4.facts}
     assert facts["worst_link"].state == "bad" and facts["worst_link"].value == "SYS"
@@ -155,7 +157,10 @@ def test_allreduce_estimate_and_advise_prediction_for_a_catalog_model() -> None:
     from k3diag.inputs import load_machine
 
     machine, _ = load_machine([FIXTURES.parent / "bundles" / "good-8x-h100-nvlink"])
-    report = build_report(load_serving([FIXTURES / "h100-llama70b"]).runs, machine, machine_source="bundle")
+    from k3diag.advise.serving import estimate_allreduce, predict_layouts
+
+    report = build_report(load_serving([FIXTURES / "h100-llama70b"]).runs, machine, machine_source="bundle",
+                          estimate=estimate_allreduce, predictor=predict_layouts)
     tp4 = next(item for item in report.explanations if item.tp == 4)
     estimate = tp4.fact("allreduce_per_token")
     assert estimate.state == "good" and estimate.value["batch"] == 32

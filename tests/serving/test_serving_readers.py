@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from k3diag.model.build import detect
+from k3diag.join.build import detect
 from k3diag.parse.serving import aiperf, llmperf, p2p_cache, sglang_bench, trtllm_bench, vllm_bench, vllm_log
 from k3diag.parse.serving.common import find_docs, int_list, layout_from_name
 from k3diag.parse.text import Section, normalize

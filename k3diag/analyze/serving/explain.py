@@ -5,14 +5,14 @@ says about those GPUs: the worst link inside the group (`nvidia-smi topo -m`, or
 peer-to-peer status (`topo -p2p`, vLLM's own P2P test cache), the transport NCCL actually used
 (`NCCL_DEBUG=INFO` connections of a communicator with TP ranks), whether the engine ran its custom
 all-reduce (vLLM log), and an estimate of the all-reduce time each decoded token costs on that link
-(`k3diag.advise`'s ring model: 2 all-reduces of the hidden state per layer) against the measured
-TPOT. A fact the evidence lacks is `unknown`, with the command that would settle it.
+(`k3diag.advise`'s ring model, passed in by the command: 2 all-reduces of the hidden state per layer)
+against the measured TPOT. A fact the evidence lacks is `unknown`, with the command that would settle it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from k3diag.model.serving import EngineLog, P2PCache, ServingRun
 from k3diag.model.source import SourceRef
@@ -60,7 +60,14 @@ def representative_runs(runs: list[ServingRun]) -> list[ServingRun]:
     return list(chosen.values())
 
 
-def explain(runs: list[ServingRun], machine: Any | None, model_name: str | None = None) -> list[LayoutExplanation]:
+# estimate(run, machine, group, model_name) -> Fact: the per-token all-reduce time on the group's link. It needs
+# the model's architecture and a link model, which live in k3diag.advise (a layer above this one); the command
+# passes k3diag.advise.serving.estimate_allreduce in.
+Estimator = Callable[[ServingRun, Any, "list[int] | None", "str | None"], "Fact"]
+
+
+def explain(runs: list[ServingRun], machine: Any | None, model_name: str | None = None,
+            estimate: Estimator | None = None) -> list[LayoutExplanation]:
     out: list[LayoutExplanation] = []
     engines: list[EngineLog] = list(getattr(machine, "extras", {}).get("serving_engines", [])) if machine else []
     caches: list[P2PCache] = list(getattr(machine, "extras", {}).get("vllm_p2p_caches", [])) if machine else []
@@ -87,7 +94,11 @@ def explain(runs: list[ServingRun], machine: Any | None, model_name: str | None 
             item.facts.append(_nccl(machine, layout.tp or len(group)))
         if layout.tp and layout.tp > 1:
             item.facts.append(_custom_allreduce(engines, run))
-            item.facts.append(_allreduce_estimate(run, machine, group, model_name))
+            if estimate is None:
+                item.facts.append(Fact("allreduce_per_token", "unknown", "no all-reduce model was given to estimate with",
+                                       command="k3diag serving RESULTS --from BUNDLE"))
+            else:
+                item.facts.append(estimate(run, machine, group, model_name))
         out.append(item)
     return out
 
@@ -203,64 +214,6 @@ def _custom_allreduce(engines: list[EngineLog], run: ServingRun) -> Fact:
                     "every all-reduce goes through NCCL", value="disabled", evidence=refs)
     return Fact("custom_allreduce", "good", "vLLM custom all-reduce on (no warning that it was disabled)",
                 value="enabled", evidence=refs)
-
-
-def _allreduce_estimate(run: ServingRun, machine: Any | None, group: list[int] | None, model_name: str | None) -> Fact:
-    tp = run.layout.tp or 1
-    name = model_name or run.model
-    try:
-        from k3diag.advise.catalog import find_model
-    except ImportError:  # advise is optional for this explanation
-        return Fact("allreduce_per_token", "unknown", "the advise package is not available")
-    try:
-        spec = find_model(name or "")
-    except Exception:
-        return Fact("allreduce_per_token", "unknown",
-                    f"the model {name or '(not named in the result)'} is not in k3diag's catalog, so its hidden size "
-                    "and layer count are not known", command="k3diag serving ... --model NAME (see k3diag advise --list)")
-    link = _link_for(machine, group, tp)
-    if link is None:
-        return Fact("allreduce_per_token", "unknown", "the link the group's all-reduce runs on is not known",
-                    command="k3diag serving ... --from BUNDLE")
-    from k3diag.advise.dtypes import bytes_per_param
-    from k3diag.advise.roofline import ring_allreduce_us
-
-    arch = spec.arch
-    batch = max(int(round(run.concurrency_per_replica or 1)), 1)
-    nbytes = batch * arch.hidden_size * bytes_per_param(spec.activation_dtype)
-    count = 2 * arch.num_layers
-    each_us = ring_allreduce_us(tp, nbytes, link)
-    per_token_ms = count * each_us / 1000.0
-    tpot = run.tpot.p50 if run.tpot.p50 is not None else run.tpot.mean
-    text = (f"{count} all-reduces of {nbytes / 1024:.0f} KiB per decode step (batch {batch}) on {link.label or link.klass} "
-            f"(~{link.bandwidth_gbs:.0f} GB/s, {link.latency_us:g} us per ring step, {link.source}): "
-            f"~{per_token_ms:.2f} ms per token")
-    value = {"allreduce_ms_per_token": round(per_token_ms, 3), "tpot_ms": tpot, "link_gbs": link.bandwidth_gbs,
-             "batch": batch}
-    if tpot:
-        share = per_token_ms / tpot
-        value["share_of_tpot"] = round(share, 3)
-        text += f", {share * 100:.0f}% of the measured TPOT ({tpot:.1f} ms)"
-        state = "bad" if share >= 0.25 else "good"
-    else:
-        state = "unknown"
-        text += "; the TPOT was not recorded"
-    return Fact("allreduce_per_token", state, text, value=value)
-
-
-def _link_for(machine: Any | None, group: list[int] | None, tp: int):
-    if machine is None or not group:
-        return None
-    try:
-        from k3diag.advise.catalog import gpu_catalog
-        from k3diag.advise.links import group_link
-        from k3diag.advise.plan import hardware_from_machine
-
-        hardware = hardware_from_machine(machine, "the bundle")
-        link, _notes = group_link(hardware.gpu, gpu_catalog(), group, hardware.node_of(), machine=machine)
-        return link
-    except Exception:  # no GPU names, GPU not in the catalog: the estimate says unknown
-        return None
 
 
 def _ids(group: list[int]) -> str:

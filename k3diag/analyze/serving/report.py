@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3diag.analyze.serving.compare import Comparison, Slo, compare, load_key, load_text
-from k3diag.analyze.serving.explain import LayoutExplanation, explain
-from k3diag.analyze.serving.predict import Prediction, predictions
+from k3diag.analyze.serving.explain import Estimator, LayoutExplanation, explain
+from k3diag.analyze.serving.predict import Prediction, Predictor
 from k3diag.exit_codes import EXIT_OK, EXIT_UNKNOWN
 from k3diag.model.serving import ServingRun
 
@@ -72,18 +72,21 @@ class ServingReport:
 
 def build_report(runs: list[ServingRun], machine: Any | None = None, slo: Slo | None = None,
                  model_name: str | None = None, inputs: list[dict] | None = None,
-                 warnings: list[str] | None = None, machine_source: str | None = None) -> ServingReport:
+                 warnings: list[str] | None = None, machine_source: str | None = None,
+                 estimate: Estimator | None = None, predictor: Predictor | None = None) -> ServingReport:
+    """`estimate` and `predictor` come from k3diag.advise.serving (see the command); without them the
+    all-reduce estimate is unknown and no advise comparison is made."""
     comparison = compare(runs, slo)
     explanations: list[LayoutExplanation] = []
     preds: list[Prediction] = []
     extra_warnings = list(warnings or [])
     known = [run for run in runs if run.layout.gpu_count]
     try:
-        explanations = explain(known, machine, model_name)
+        explanations = explain(known, machine, model_name, estimate)
     except Exception as exc:  # the explanation is the evidence's; the ranking stands without it
         extra_warnings.append(f"the explanation could not be built ({type(exc).__name__}: {exc})")
     try:
-        preds = predictions(known, machine, model_name, machine_source or "the bundle")
+        preds = predictor(known, machine, model_name, machine_source or "the bundle") if predictor else []
     except Exception as exc:
         extra_warnings.append(f"the advise comparison could not be built ({type(exc).__name__}: {exc})")
     for run in runs:

@@ -22,7 +22,7 @@ def merge_engine_log(result, machine: Machine, record: InputRecord | None = None
         machine.extras.setdefault(ENGINES, []).append(engine)
     nccl = getattr(result, "nccl", None)
     if nccl is not None:
-        from k3diag.model.merge_nccl import merge_nccl_log
+        from k3diag.join.merge_nccl import merge_nccl_log
 
         merge_nccl_log(nccl, machine, record)
 
