@@ -118,8 +118,43 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
     return {"report": report, "exit_code": code}
 
 
+def _children_of(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (Linux /proc): the commands this check is waiting on."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _on_deadline(signum: int, frame: Any) -> None:
+    """The parent's SIGTERM at the deadline: stop the commands still running (each runs in its own session,
+    out of reach of a kill of this process group), then go."""
+    for pid in _children_of(os.getpid()):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os._exit(EXIT_UNKNOWN)
+
+
 def _child(request: CheckRequest, conn: Any, started: float) -> None:
     os.setpgrp()  # the parent kills this group at the deadline, whatever it spawned in it
+    signal.signal(signal.SIGTERM, _on_deadline)
 
     def step(message: str) -> None:
         try:
@@ -144,7 +179,7 @@ class CheckUsageError(Exception):
     """The check cannot start (a spec file that cannot be used); `str()` says why."""
 
 
-def deadline_report(request: CheckRequest, message: str, elapsed: float) -> dict:
+def deadline_report(request: CheckRequest, message: str, elapsed: float, short: str | None = None) -> dict:
     """The report for a check that did not finish: unknown, with the sentence saying why."""
     from k3diag.model.machine import Machine
     from k3diag.render.json_report import build_report
@@ -153,7 +188,8 @@ def deadline_report(request: CheckRequest, message: str, elapsed: float) -> dict
     if request.node:
         machine.host.hostname = request.node
     machine.note("check", message)
-    report = build_report(machine, [], None, {"level": "unknown", "text": message, "best_tp": None}, EXIT_UNKNOWN)
+    report = build_report(machine, [], None, {"level": "unknown", "text": short or message, "best_tp": None},
+                          EXIT_UNKNOWN)
     from k3diag.fleet.shape import shape_from_report
 
     report["shape"] = shape_from_report(report, "live host" if not request.from_paths else "saved evidence")
@@ -197,6 +233,9 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
         return outcome["report"], outcome["exit_code"], _timing(request, started, False, last_step)
     if result is not None and result[0] == "spec":
         raise CheckUsageError(result[1])
+    short = None
+    if result is None and elapsed >= request.deadline_s:
+        short = f"stopped at the {request.deadline_s:g} s deadline while {_doing(last_step)}"
     if result is not None:
         message = (f"k3diag check failed while {_doing(last_step)} ({result[1]}); run `k3diag collect -o node.tar.gz` "
                    "and report the bundle")
@@ -208,7 +247,8 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
                    f"{_doing(last_step)}; a GPU that fell off the bus or a hung driver makes such commands hang: "
                    "check `dmesg | grep -i xid` and run `k3diag collect -o node.tar.gz --timeout 60` to see which "
                    "one")
-    return deadline_report(request, message, elapsed), EXIT_UNKNOWN, _timing(request, started, result is None, last_step)
+    return (deadline_report(request, message, elapsed, short), EXIT_UNKNOWN,
+            _timing(request, started, result is None, last_step))
 
 
 def _doing(step: str | None) -> str:
@@ -228,6 +268,11 @@ def _kill(process: Any) -> None:
     pid = process.pid
     if pid is None:
         return
+    try:
+        os.kill(pid, signal.SIGTERM)  # lets the child stop the commands it started
+        process.join(timeout=1.0)
+    except OSError:
+        pass
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, OSError):

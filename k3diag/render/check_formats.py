@@ -68,9 +68,15 @@ def _tally(report: dict) -> str:
     return f"{len(_findings(report, 'fail'))} failure(s), {len(_findings(report, 'warn'))} warning(s)"
 
 
-def headline(report: dict, code: int) -> str:
-    """The worst finding as `id subject: title`, or why the node is unknown, or that all is well."""
+def headline(report: dict, code: int, short: bool = False) -> str:
+    """The worst finding as `id subject: title`, or why the node is unknown, or that all is well.
+
+    `short` prefers the verdict's sentence for an unknown node (the deadline's says where it stopped in a
+    few words) over the note's full explanation."""
     if code == EXIT_UNKNOWN:
+        verdict = report.get("verdict") or {}
+        if short and isinstance(verdict, dict) and verdict.get("text"):
+            return str(verdict["text"])
         return unknown_reason(report)
     worst = worst_finding(report)
     if worst is None:
@@ -122,7 +128,7 @@ def npd_exit_code(code: int) -> int:
 
 def render_npd(report: dict, code: int, timing: dict) -> str:
     state = _STATE.get(code, "UNKNOWN")
-    line = f"{state} {headline(report, code)}"
+    line = f"{state} {headline(report, code, short=True)}"
     line = " ".join(line.split())
     if len(line) > NPD_MAX_LINE:
         line = line[: NPD_MAX_LINE - 3].rstrip() + "..."

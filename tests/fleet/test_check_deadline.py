@@ -1,0 +1,85 @@
+"""`k3diag check` answers within its deadline even when every tool hangs (fake nvidia-smi, lspci, amd-smi
+and rocm-smi on PATH: the GPU driver boundary, which cannot run here), and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / "fixtures" / "hostroot" / "dual_socket"
+HUNG_TOOLS = ("nvidia-smi", "lspci", "amd-smi", "rocm-smi")
+
+
+def _hung_tools(folder: Path) -> Path:
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for tool in HUNG_TOOLS:
+        script = bin_dir / tool
+        # Records its pid, then hangs the way nvidia-smi does on a GPU that fell off the bus.
+        script.write_text(f"#!/bin/sh\necho $$ >> {folder}/pids\nexec sleep 120\n")
+        script.chmod(0o755)
+    return bin_dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_hung_tools_make_an_unknown_answer_within_the_deadline(tmp_path: Path) -> None:
+    bin_dir = _hung_tools(tmp_path)
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", "3", "--timeout", "60",
+         "--node", "gpu042", "--format", "npd"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
+    try:
+        assert elapsed < 3 + 4, f"took {elapsed:.1f} s for a 3 s deadline"
+        assert result.returncode == 2, result.stdout + result.stderr  # npd: Unknown
+        line = result.stdout.splitlines()[0]
+        assert line.startswith("UNKNOWN stopped at the 3 s deadline while running `"), line
+        assert len(line) < 80
+        assert pids, "no fake tool was started"
+        time.sleep(0.5)
+        assert [pid for pid in pids if _alive(pid)] == [], "a hung tool outlived the check"
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def test_the_text_says_which_step_was_running_and_what_to_do(tmp_path: Path) -> None:
+    bin_dir = _hung_tools(tmp_path)
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", "2", "--node", "gpu042"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
+    try:
+        assert result.returncode == 3
+        first = result.stdout.splitlines()[0]
+        assert first.startswith("k3diag check gpu042: UNKNOWN: ")
+        assert "did not finish within its 2 s deadline and was stopped while running `" in first, first
+        assert "check `dmesg | grep -i xid`" in first
+        assert "checked in" in result.stdout
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
