@@ -58,6 +58,7 @@ def spec_findings(spec: Any, machine: Any) -> list[Any]:
                 remedy="Compare the node with its order and the vendor's build sheet; reseat or replace the part, or "
                        "correct the spec if the order changed.",
                 data={"expected": check.expected, "actual": check.actual},
+                kind="fault",  # the node is not what was bought: a part missing, narrower or slower
             ))
         elif check.verdict == UNKNOWN:
             machine.note("spec", f"the spec line {check.item} ({check.expected}) could not be checked: {check.actual}"

@@ -100,8 +100,11 @@ def test_prom_file_is_written_atomically_with_the_metrics_the_issue_names(tmp_pa
 
 
 def test_json_carries_the_shape_fleet_reads() -> None:
+    import jsonschema
+
     result = run("--from", str(BAD), "--node", "gpu004", "--format", "json")
     report = json.loads(result.stdout)
+    jsonschema.validate(report, json.loads((REPO / "k3diag" / "data" / "schema" / "report.schema.json").read_text()))
     assert report["schema"] == "k3diag.report/1" and report["exit_code"] == 2
     shape = report["shape"]
     assert shape["node"] == "gpu004" and shape["state"] == "fail"
