@@ -23,6 +23,10 @@ STATES = ("fail", "warn", "unknown", "ok")
 # Pairs named per outlier when its GPU matrix differs from the majority's (the rest are counted).
 MAX_PAIR_DIFFS = 8
 MAX_SPLIT_VALUES = 6
+# Nodes per group whose evidence lines are all kept; after them a node keeps the line of a feature only
+# where its value differs from the group's most common value so far. Outliers keep their lines, and the
+# thousands of nodes that match the majority do not each hold forty lines nobody will read.
+KEEP_ALL_EVIDENCE = 32
 
 
 def _missing(feature: str) -> str:
@@ -94,11 +98,27 @@ def _group(nodes: list[dict]) -> dict:
     }
 
 
+def _thin_evidence(shape: dict, modes: dict[str, list], position: int) -> None:
+    """Track each feature's most common value in this group; drop the evidence of values that match it."""
+    features = shape.get("features") or {}
+    evidence = shape.get("evidence") or {}
+    for feature, value in features.items():
+        entry = modes.setdefault(feature, [Counter(), None, 0])  # counts, mode value, mode count
+        counts = entry[0]
+        is_mode = value == entry[1]
+        counts[value] += 1
+        if counts[value] > entry[2]:
+            entry[1], entry[2] = value, counts[value]
+        if position >= KEEP_ALL_EVIDENCE and is_mode and feature in evidence:
+            del evidence[feature]
+
+
 def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict:
     """The fleet report (`k3diag.fleet/1`) from node shapes and the sentences about unreadable paths."""
     unreadable = [{"source": p, "node": None, "problem": p} for p in (problems or [])]
     by_sku: dict[str, list[dict]] = defaultdict(list)
     seen_names: Counter = Counter()
+    modes: dict[str, dict[str, list]] = defaultdict(dict)
     nodes: list[dict] = []
     for shape in shapes:
         if shape.get("problem"):
@@ -112,8 +132,10 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
                                           f"{name}#{seen_names[name]}"})
             name = f"{name}#{seen_names[name]}"
         shape["node"] = name
+        label = sku_label(shape.get("sku") or {})
+        _thin_evidence(shape, modes[label], len(by_sku[label]))
         nodes.append(shape)
-        by_sku[sku_label(shape.get("sku") or {})].append(shape)
+        by_sku[label].append(shape)
     groups = [_group(members) for _, members in sorted(by_sku.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
     outlier_names = {o["node"] for g in groups for o in g["outliers"]}
     finding_nodes: dict[str, dict] = {}

@@ -176,10 +176,15 @@ def _intern(shape: dict) -> dict:
     sku = shape.get("sku")
     if isinstance(sku, dict):
         shape["sku"] = {intern(k): intern(v) if isinstance(v, str) else v for k, v in sku.items()}
+    findings = []
     for finding in shape.get("findings") or []:
-        for key in ("id", "severity", "title"):
-            if isinstance(finding.get(key), str):
-                finding[key] = intern(finding[key])
+        if not isinstance(finding, dict):
+            continue
+        # The aggregate counts findings by id; their evidence lines are already under the shape's
+        # `finding <id>` features, so each node keeps only what names the finding.
+        findings.append({key: intern(finding[key]) if isinstance(finding.get(key), str) else finding.get(key)
+                         for key in ("id", "severity", "subject", "title")})
+    shape["findings"] = findings
     if isinstance(shape.get("state"), str):
         shape["state"] = intern(shape["state"])
     return shape
