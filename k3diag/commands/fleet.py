@@ -17,8 +17,10 @@ def register(app: typer.Typer) -> None:
         html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page here (node grid, outliers side by side)."),
         workers: int = typer.Option(0, "--workers", min=0, help="Worker processes reading inputs (0: one per CPU)."),
     ) -> None:
-        """Compare nodes of one kind with each other: each group's majority shape, every outlier and what
-        differs (with the evidence line), a drain list as a folded host list, and per-finding counts.
+        """Compare many nodes' bundles or reports: odd nodes named, drain list, per-finding counts.
+
+        Nodes are grouped by SKU; each group's majority shape is the expected one, and every node that
+        differs is named with what differs and the evidence line. The drain list is a folded host list.
 
         Exit codes: 0 every node passes and none differs, 1 warnings, unknown nodes or outliers, 2 a node
         fails, 3 no input could be read, 64 a usage error.

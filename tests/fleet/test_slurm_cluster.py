@@ -210,3 +210,27 @@ def test_a_node_drained_by_hand_is_not_resumed(cluster: Cluster) -> None:
     assert "Reason=maintenance: PSU swap" in shown and "DRAIN" in shown
     assert "was drained by someone else (Reason=maintenance: PSU swap); not resumed" in cluster.log.read_text()
     cluster.scontrol("update", f"NodeName={NODE}", "State=RESUME")
+
+
+def test_the_rack_recipe_collects_one_bundle_per_node_and_summarizes(cluster: Cluster, tmp_path: Path) -> None:
+    """deploy/slurm/collect-rack.sh through sbatch: srun puts one `k3diag collect` on each node of the
+    allocation (here the one node), then `k3diag fleet` summarizes the bundles."""
+    cluster.current.write_text(str(GOOD))
+    cluster.wait_for(lambda text: "DRAIN" not in text.split("State=", 1)[1].split()[0], "an idle node")
+    shim = tmp_path / "bin" / "k3diag"
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m k3diag \"$@\"\n")
+    shim.chmod(0o755)
+    out = tmp_path / "rack"
+    env = dict(cluster.env, PATH=f"{shim.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    script = REPO / "deploy" / "slurm" / "collect-rack.sh"
+    result = subprocess.run([shutil.which("sbatch") or "/usr/bin/sbatch", "--wait", "-N", "1", "-t", "5",
+                             "-o", str(tmp_path / "job.out"), str(script), str(out)],
+                            env=env, capture_output=True, text=True, timeout=240)
+    job_output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert result.returncode == 0, result.stdout + result.stderr + job_output
+    bundles = sorted(p.name for p in out.glob("*.tar.gz"))
+    assert bundles == [f"{socket.gethostname().split('.')[0]}.tar.gz"], job_output
+    summary = (out / "fleet.md").read_text()
+    assert "1 node(s) in 1 group(s)" in summary
+    assert (out / "fleet.html").read_text().count('class="node') == 1
