@@ -190,13 +190,16 @@ def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
 
 def load_live_machine(
     root: Path = Path("/"), timeout_s: float = 20.0, progress: Callable[[str], None] | None = None,
-    texts: str = "all",
+    texts: str = "all", deadline_s: float | None = None,
 ) -> tuple[Machine, list[Evidence]]:
     """Collect from this host and build the model; also returns the evidence (for `collect`).
-    `texts="missing"` skips tool outputs whose facts the in-process readings already gave."""
+    `texts="missing"` skips tool outputs whose facts the in-process readings already gave.
+    `timeout_s` bounds each command, `deadline_s` (when given) the whole collection."""
     from k3diag.collect.live import collect_live
+    from k3diag.collect.runner import Deadline
     from k3diag.join.build import build_machine
 
-    evidence = collect_live(root=root, timeout_s=timeout_s, progress=progress, texts=texts)
+    evidence = collect_live(root=root, timeout_s=timeout_s, progress=progress, texts=texts,
+                            deadline=Deadline(deadline_s))
     machine = build_machine(evidence, Machine(live=True))
     return machine, evidence

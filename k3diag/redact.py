@@ -12,25 +12,47 @@ nothing about who owns the machine.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from k3diag.evidence import Evidence
 
-KINDS = ("serial", "gpu_uuid", "uuid", "mac", "guid", "ipv4", "ipv6", "hostname")
+KINDS = ("serial", "gpu_uuid", "uuid", "mac", "guid", "ib_gid", "ipv4", "ipv6", "hostname", "username",
+         "instance_id")
 
 # `Serial Number : 1652320000000` (nvidia-smi -q, dmidecode, rocm-smi), `"serial": "..."` (JSON
 # readings), `Device Serial Number 98-03-9b-ff-ff-8a-bc-de` (lspci -vv), `SERIAL_NUMBER: ...` (amd-smi).
+# `Serial Number : 1652320000000` (nvidia-smi -q, dmidecode, rocm-smi), `"serial": "..."` and any key
+# ending in `_serial` (`board_serial`, `product_serial`: JSON readings, DMI), `Device Serial Number
+# 98-03-9b-ff-ff-8a-bc-de` (lspci -vv), `SERIAL_NUMBER: ...` (amd-smi), `[SN] Serial number: MT2110X0`.
 _SERIAL_RE = re.compile(
     r"""(?ix)
-    (?P<key>\b(?:device[ ]|board[ ]|product[ ]|chassis[ ]|system[ ]|gpu[ ]|module[ ])?serial(?:[ _-]?(?:number|no|num))?["']?)
+    (?P<key>(?<![A-Za-z0-9])(?:[a-z0-9]+[ _-]){0,2}serial(?:[ _-]?(?:number|no|num))?["']?)
     (?P<sep>\s*[:=]\s*["']?|[ ](?=[0-9a-f]{2}-))
     (?P<value>[^\s"',}\]][^"',}\]\n]*?)
     (?=\s*["',}\]]|\s*$)
     """,
     re.MULTILINE,
 )
+# Mellanox/NVIDIA NICs put the card's UUID in VPD field V3 (`[V3] Vendor specific: 3c1d9f4a...`), as
+# hex without dashes; any vendor-specific VPD field holding a long hex string is treated the same.
+_VPD_HEX_RE = re.compile(r"(?m)^(?P<key>[ \t]*\[V[0-9A-Z]\][ \t]*Vendor specific:[ \t]*)(?P<value>[0-9A-Fa-f]{16,})[ \t]*$")
+# NCCL's RoCE lines: `GID 3 (0/14000A0AFFFF0000)`, the subnet prefix and interface id as 64-bit hex
+# numbers; an IPv4-mapped GID carries the IPv4 address inside the interface id, byte-swapped.
+_NCCL_GID_RE = re.compile(r"\bGID[ \t]+-?\d+[ \t]+\((?P<prefix>[0-9A-Fa-f]{1,16})/(?P<iid>[0-9A-Fa-f]{1,16})\)")
+# The kernel command line's PXE boot interface: `BOOTIF=01-b8-ce-f6-0a-1b-2c` (ARP type 01, then the MAC).
+_BOOTIF_RE = re.compile(r"(?i)(?P<key>\bBOOTIF=[0-9a-f]{2}-)(?P<mac>(?:[0-9a-f]{2}-){5}[0-9a-f]{2})\b")
+# Home folders name their user: `/home/alice/...`, `/Users/alice`, `C:\Users\alice`.
+_HOME_RE = re.compile(r"(?P<key>(?:/home/|/Users/|[A-Za-z]:\\Users\\|/var/home/))(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]*)")
+# Shell prompts name the user and the host: `alice@gpu07:~$`, `[alice@gpu07 ~]$`, `(venv) alice@gpu07:~$`.
+_PROMPT_USER_RE = re.compile(
+    r"(?m)^[ \t]*(?:\([^)\n]*\)[ \t]*)?\[?(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)(?=[:\s\]])")
+_USER_FIELD_RE = re.compile(r"""(?i)\b(?:user(?:name)?|login|owner|USER|LOGNAME)["']?\s*[:=]\s*["']?(?P<user>[a-z_][a-z0-9_.-]{0,31})\b""")
+# Cloud instance ids: AWS `i-0abc...` (8 or 17 hex), OCI `ocid1.instance....`, and any `instance id` field.
+_INSTANCE_RE = re.compile(r"(?<![\w-])(?:i-(?:[0-9a-f]{17}|[0-9a-f]{8})|ocid1\.[a-z0-9]+\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{20,})(?![\w-])")
+_INSTANCE_FIELD_RE = re.compile(r"""(?i)(?P<key>\binstance[ _-]?id["']?\s*[:=]\s*["']?)(?P<value>[A-Za-z0-9][\w.-]{3,})""")
 _SERIAL_PLACEHOLDERS = {
     "n/a", "[n/a]", "na", "none", "null", "0", "not specified", "not available", "unknown", "to be filled by o.e.m.",
     "default string", "[not supported]", "not supported", "0000000000000", "",
@@ -57,13 +79,24 @@ _NCCL_HOST_RE = re.compile(
     r"^(?:\[\d+,\d+\]<\w+>:\s*)?(?:\[rank\d+\]:\s*)?(?:\S+\s+)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*):\d+:\d+\s+\[\d+\]\s+(?:NCCL|RCCL)\b",
     re.MULTILINE,
 )
-# Host names stated as such: `"hostname": "gpu07"`, `Hostname: gpu07`, `Nodename = gpu07`.
+# Host names stated as such: `"hostname": "gpu07"`, `Hostname: gpu07`, `Nodename = gpu07`, a BMC's
+# `bmc_hostname: gpu07-bmc`.
 _HOSTNAME_FIELD_RE = re.compile(
-    r"""(?i)\b(?:hostname|host[ _]name|node[ _]?name)["']?\s*[:=]\s*["']?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)"""
+    r"""(?i)\b(?:hostname|host[ _]name|node[ _]?name|fqdn|bmc[ _-]?(?:host[ _]?name|name|address))["']?\s*[:=]\s*["']?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)"""
 )
+# nccl-tests names every rank's host: `#  Rank  0 Group  0 Pid  1234 on    gpu07 device  0 [0x1b] ...`.
+_NCCL_TESTS_HOST_RE = re.compile(r"\bPid\s+\d+\s+on\s+(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)\s+device\b")
+# The kernel's `ip=client:server:gateway:netmask:hostname:device:autoconf`.
+_KERNEL_IP_RE = re.compile(r"\bip=[^\s:]*:[^\s:]*:[^\s:]*:[^\s:]*:(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)")
 # Names that are not secrets and too common to replace everywhere without breaking the text.
 _HOSTNAME_STOPLIST = {"localhost", "localhost.localdomain", "none", "null", "unknown", "n/a", "gpu", "node", "host"}
 _MIN_HOSTNAME_LEN = 2  # "vm", "n1": short names are still names; the stop list guards common words
+# System and cloud-image accounts: they say nothing about who owns the machine, and replacing them
+# as words would break text (`root` is in every path of a container).
+_USER_STOPLIST = {
+    "root", "nobody", "daemon", "bin", "sys", "admin", "user", "users", "ubuntu", "ec2-user", "centos", "debian",
+    "fedora", "rocky", "cloud-user", "opc", "azureuser", "www-data", "git", "shared", "public", "lib", "local",
+}
 
 
 @dataclass
@@ -98,20 +131,27 @@ _KIND_WORDS = {
     "ipv4": "IPv4 addresses",
     "ipv6": "IPv6 addresses",
     "hostname": "host names",
+    "ib_gid": "InfiniBand/RoCE GIDs in hex",
+    "username": "user names",
+    "instance_id": "cloud instance ids",
 }
 
 
 class Redactor:
     """Holds the pseudonym tables so one value gets one pseudonym across a whole bundle."""
 
-    def __init__(self, hostnames: set[str] | None = None) -> None:
+    def __init__(self, hostnames: set[str] | None = None, usernames: set[str] | None = None) -> None:
         self.report = RedactionReport()
         self._tables: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._hosts: list[str] = []
         self._host_re: re.Pattern[str] | None = None
+        self._users: list[str] = []
+        self._user_re: re.Pattern[str] | None = None
         self._issued: set[str] = set()
         for name in sorted(hostnames or ()):
             self.add_hostname(name)
+        for name in sorted(usernames or ()):
+            self.add_username(name)
 
     # -- host names -------------------------------------------------------------------
     def add_hostname(self, name: str) -> None:
@@ -145,10 +185,28 @@ class Redactor:
             self.report.distinct["hostname"] = len(set(self._tables["hostname"].values()))
 
     def learn_hostnames(self, text: str) -> None:
-        for match in _NCCL_HOST_RE.finditer(text):
-            self.add_hostname(match.group("host"))
-        for match in _HOSTNAME_FIELD_RE.finditer(text):
-            self.add_hostname(match.group("host"))
+        """Host and user names the text states as such, so they are replaced wherever else they appear."""
+        for pattern in (_NCCL_HOST_RE, _HOSTNAME_FIELD_RE, _NCCL_TESTS_HOST_RE, _KERNEL_IP_RE, _PROMPT_USER_RE):
+            for match in pattern.finditer(text):
+                self.add_hostname(match.group("host"))
+        for pattern in (_HOME_RE, _PROMPT_USER_RE, _USER_FIELD_RE):
+            for match in pattern.finditer(text):
+                self.add_username(match.group("user"))
+
+    # -- user names -------------------------------------------------------------------
+    def add_username(self, name: str) -> None:
+        name = name.strip()
+        if len(name) < 2 or name.lower() in _USER_STOPLIST or name in self._issued or name.isdigit():
+            return
+        if name in self._tables["username"] or name in self._tables["hostname"]:
+            return
+        pseudonym = f"user-{len(self._tables['username']) + 1}"
+        self._tables["username"][name] = pseudonym
+        self._issued.add(pseudonym)
+        self._users.append(name)
+        ordered = sorted(self._users, key=len, reverse=True)
+        self._user_re = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(re.escape(u) for u in ordered) + r")(?![A-Za-z0-9])")
+        self.report.distinct["username"] = len(self._tables["username"])
 
     # -- pseudonyms -------------------------------------------------------------------
     def _pseudonym(self, kind: str, original: str, make: Callable[[int], str]) -> str:
@@ -171,6 +229,10 @@ class Redactor:
     def text(self, text: str) -> str:
         if not text:
             return text
+        text = _VPD_HEX_RE.sub(lambda m: m.group("key") + self._pseudonym(
+            "uuid", m.group("value"), lambda n: f"{n:032x}"), text)
+        text = _NCCL_GID_RE.sub(self._nccl_gid, text)
+        text = _BOOTIF_RE.sub(lambda m: m.group("key") + self._mac_text(m.group("mac"), "-"), text)
         text = _SERIAL_RE.sub(self._serial, text)
         text = _GPU_UUID_RE.sub(self._gpu_uuid, text)
         text = _UUID_RE.sub(lambda m: self._pseudonym("uuid", m.group(0), _uuid_pseudonym), text)
@@ -179,10 +241,40 @@ class Redactor:
         text = _MAC_RE.sub(self._mac, text)
         text = _IPV6_RE.sub(self._ipv6, text)
         text = _IPV4_RE.sub(self._ipv4, text)
+        text = _INSTANCE_FIELD_RE.sub(self._instance_field, text)
+        text = _INSTANCE_RE.sub(lambda m: self._pseudonym("instance_id", m.group(0), _instance_pseudonym), text)
         if self._host_re is not None:
             text = self._host_re.sub(
                 lambda m: self._pseudonym("hostname", m.group(0), lambda n: "host-0"), text)
+        text = _HOME_RE.sub(self._home, text)
+        if self._user_re is not None:
+            text = self._user_re.sub(lambda m: self._pseudonym("username", m.group(0), lambda n: "user-0"), text)
         return text
+
+    def _nccl_gid(self, match: re.Match[str]) -> str:
+        prefix, iid = match.group("prefix"), match.group("iid")
+        whole = match.group(0)
+        head = whole[: match.start("prefix") - match.start()]
+        if int(iid, 16) == 0:
+            return whole
+        new_iid = self._pseudonym("ib_gid", iid, lambda n: f"{0x0200000000000000 + n:016X}")
+        # A zero or link-local (fe80::) subnet prefix is the same on every host; any other names a site.
+        keep_prefix = int(prefix, 16) in (0, 0xFE80000000000000, 0x80FE)
+        new_prefix = prefix if keep_prefix else self._pseudonym("ib_gid", prefix, lambda n: f"{0xFD00000000000000 + n:016X}")
+        return f"{head}{new_prefix}/{new_iid})"
+
+    def _home(self, match: re.Match[str]) -> str:
+        user = match.group("user")
+        if user.lower() in _USER_STOPLIST or user in self._issued:
+            return match.group(0)
+        self.add_username(user)
+        return match.group("key") + self._pseudonym("username", user, lambda n: "user-0")
+
+    def _instance_field(self, match: re.Match[str]) -> str:
+        value = match.group("value")
+        if value in self._issued or value.lower() in _SERIAL_PLACEHOLDERS:
+            return match.group(0)
+        return match.group("key") + self._pseudonym("instance_id", value, _instance_pseudonym)
 
     def _serial(self, match: re.Match[str]) -> str:
         value = match.group("value").strip()
@@ -214,8 +306,9 @@ class Redactor:
         return match.group("key") + pseudonym
 
     def _mac(self, match: re.Match[str]) -> str:
-        value = match.group(0)
-        sep = match.group(1)
+        return self._mac_text(match.group(0), match.group(1))
+
+    def _mac_text(self, value: str, sep: str) -> str:
         octets = value.replace(sep, "")
         if set(octets) <= {"0"} or octets.lower() == "f" * len(octets):
             return value  # all-zero or broadcast: not an identity
@@ -283,6 +376,10 @@ def _uuid_pseudonym(n: int) -> str:
     return f"00000000-0000-4000-8000-{n:012d}"
 
 
+def _instance_pseudonym(n: int) -> str:
+    return f"instance-redacted-{n:04d}"
+
+
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -321,8 +418,9 @@ def _hostnames_from_manifest(manifest: dict) -> set[str]:
 
 
 def redact_evidence(
-    evidence: list[Evidence], manifest: dict, extra_hostnames: set[str] | None = None
-) -> tuple[list[Evidence], dict, "RedactionReport"]:
+    evidence: list[Evidence], manifest: dict, extra_hostnames: set[str] | None = None,
+    extra_usernames: set[str] | None = None, with_redactor: bool = False,
+):
     """Evidence and manifest with identifiers replaced by consistent pseudonyms, and what was replaced.
 
     Text is decoded with `surrogateescape` so bytes that are not UTF-8 survive unchanged.
@@ -367,6 +465,8 @@ def redact_evidence(
         )
     new_manifest = redactor.value(dict(manifest))
     new_manifest["redaction"] = redactor.report.to_json()
+    if with_redactor:
+        return out, new_manifest, redactor.report, redactor
     return out, new_manifest, redactor.report
 
 

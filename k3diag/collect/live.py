@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from k3diag.collect.host import collect_host
-from k3diag.collect.runner import run_command
+from k3diag.collect.runner import Deadline, run_command
 from k3diag.evidence import Evidence
 
 # (file name in a bundle, argv, format) for each command worth running when its tool exists.
@@ -102,12 +102,17 @@ def collect_live(
     progress: Callable[[str], None] | None = None,
     which: Callable[[str], str | None] = shutil.which,
     texts: str = "all",
+    deadline: Deadline | None = None,
 ) -> list[Evidence]:
     """Every source of this host. `texts="all"` (collect) also saves every tool's text output;
     `texts="missing"` (a live report) runs a tool only for facts the in-process readings lack:
     every `nvidia-smi` text when NVML listed no GPU, else only `nvidia-smi topo -m` and only when an
     RDMA NIC is present (its GPU-NIC columns); `lspci` when sysfs gave no PCI snapshot. So `k3diag
-    topo` answers in the time NVML takes instead of eight nvidia-smi runs (seconds each on a big box)."""
+    topo` answers in the time NVML takes instead of eight nvidia-smi runs (seconds each on a big box).
+    `timeout_s` bounds each command, `deadline` the whole collection: commands asked for after it are
+    not started, and their evidence says so."""
+    deadline = deadline or Deadline(None)
+
     def step(message: str) -> None:
         if progress is not None:
             progress(message)
@@ -160,7 +165,7 @@ def collect_live(
                                              error=f"`{argv[0]}` is not installed or not on PATH"))
                 continue
             step(" ".join(argv))
-            evidence.append(run_command(argv, name=name, timeout_s=timeout_s, format_hint=None))
+            evidence.append(run_command(argv, name=name, timeout_s=timeout_s, format_hint=None, deadline=deadline))
             if evidence[-1].timed_out and argv[0] == "nvidia-smi":
                 # One hung nvidia-smi means they all will hang: stop asking.
                 break

@@ -59,6 +59,8 @@ def test_roundtrip_keeps_data_and_metadata(tmp_path: Path, name: str) -> None:
 
 
 def test_archive_is_deterministic_and_has_one_top_folder(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     first = write_bundle(_evidence(), dict(MANIFEST), tmp_path / "a" / "node.tar.gz")
     second = write_bundle(_evidence(), dict(MANIFEST), tmp_path / "b" / "node.tar.gz")
     assert first.read_bytes() == second.read_bytes()

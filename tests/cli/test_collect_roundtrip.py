@@ -82,6 +82,7 @@ def test_collect_to_unwritable_place_is_one_sentence(tmp_path: Path, fake_host: 
     blocker = tmp_path / "file"
     blocker.write_text("x")
     result = runner.invoke(app, ["collect", "-o", str(blocker / "sub" / "b.tar.gz"), "--root", str(fake_host)])
-    assert result.exit_code == 2
-    assert "could not write" in result.output
+    assert result.exit_code == 64
+    assert result.output == (f"k3diag collect: could not write {blocker / 'sub' / 'b.tar.gz'}: {blocker} is a file, "
+                             "not a folder; check the path\n")
     assert "Traceback" not in result.output

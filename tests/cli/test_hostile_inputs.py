@@ -276,7 +276,7 @@ def test_collect_checks_the_output_before_collecting(
         output.mkdir()
         expected = f"{output} is a folder; give a file name for the archive"
     result = runner.invoke(app, ["collect", "-o", str(output)])
-    assert result.exit_code == 2
+    assert result.exit_code == 64  # EX_USAGE: the command line names a place it cannot write
     assert result.output.startswith(f"k3diag collect: {expected}")
     assert "could not write could not write" not in result.output
 
