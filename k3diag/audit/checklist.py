@@ -18,6 +18,7 @@ from k3diag.audit.q_p2p import answer_p2p
 from k3diag.audit.q_pcie import answer_acs_iommu, answer_pcie_switch, answer_pcie_x16
 from k3diag.audit.q_placement import answer_cpu_numa, answer_path_classes
 from k3diag.audit.q_plan import answer_parallelism, answer_tp2_vs_tp4
+from k3diag.audit.q_serving import answer_tp2_tp4_measured
 
 QUESTIONS: tuple[tuple[str, Callable[[AuditContext], Answer]], ...] = (
     ("pcie-x16", answer_pcie_x16),
@@ -29,6 +30,7 @@ QUESTIONS: tuple[tuple[str, Callable[[AuditContext], Answer]], ...] = (
     ("nccl-allreduce", answer_nccl_allreduce),
     ("parallelism", answer_parallelism),
     ("tp2-vs-tp4", answer_tp2_vs_tp4),
+    ("tp2-tp4-measured", answer_tp2_tp4_measured),
     ("gpudirect-rdma", answer_gpudirect_rdma),
     ("multi-node-network", answer_multi_node_network),
 )
@@ -47,6 +49,7 @@ RELATED_FINDINGS: dict[str, tuple[str, ...]] = {
     "nccl-allreduce": ("nccl-tests-", "amd-bandwidth"),
     "parallelism": (),
     "tp2-vs-tp4": (),
+    "tp2-tp4-measured": (),
     "gpudirect-rdma": ("nccl-gdrdma", "acs-redirect-gpu-nic", "gpu-nic-far"),
     "multi-node-network": ("nccl-multinode-socket", "gpu-nic-far"),
 }

@@ -17,7 +17,8 @@ def _audit(machine: Machine, model: str | None = None):
 
 def test_the_checklist_follows_the_seed_article() -> None:
     assert QUESTION_IDS == ("pcie-x16", "cpu-numa", "path-classes", "pcie-switch", "p2p", "acs-iommu",
-                            "nccl-allreduce", "parallelism", "tp2-vs-tp4", "gpudirect-rdma", "multi-node-network")
+                            "nccl-allreduce", "parallelism", "tp2-vs-tp4", "tp2-tp4-measured", "gpudirect-rdma",
+                            "multi-node-network")
 
 
 def test_good_machine_answers(good_machine: Machine) -> None:
@@ -26,6 +27,7 @@ def test_good_machine_answers(good_machine: Machine) -> None:
     assert verdicts == {
         "pcie-x16": PASS, "cpu-numa": PASS, "path-classes": PASS, "pcie-switch": PASS, "p2p": PASS,
         "acs-iommu": PASS, "nccl-allreduce": PASS, "parallelism": UNKNOWN, "tp2-vs-tp4": PASS,
+        "tp2-tp4-measured": UNKNOWN,
         "gpudirect-rdma": PASS, "multi-node-network": WARN,
     }
     assert report.verdict == WARN and report.exit_code == EXIT_WARN
@@ -49,6 +51,7 @@ def test_bad_machine_answers(bad_machine: Machine) -> None:
     assert verdicts == {
         "pcie-x16": FAIL, "cpu-numa": WARN, "path-classes": WARN, "pcie-switch": PASS, "p2p": FAIL,
         "acs-iommu": FAIL, "nccl-allreduce": WARN, "parallelism": UNKNOWN, "tp2-vs-tp4": WARN,
+        "tp2-tp4-measured": UNKNOWN,
         "gpudirect-rdma": UNKNOWN, "multi-node-network": FAIL,
     }
     assert report.verdict == FAIL and report.exit_code == EXIT_FAIL

@@ -85,4 +85,4 @@ def test_hostile_text_is_text_in_the_dom(report_html: Path, tmp_path: Path) -> N
     assert not re.search(r"<img\b", dom, re.I)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert "&lt;script&gt;alert(3)&lt;/script&gt;" in dom
-    assert dom.count('class="q"') == 11
+    assert dom.count('class="q"') == 12

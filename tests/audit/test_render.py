@@ -47,7 +47,7 @@ def test_html_is_self_contained_and_escapes_everything(kit) -> None:
     urls = set(re.findall(r"(?:https?:)?//[\w.-]+", page))
     assert urls <= {"http://www.w3.org"}
     assert "<svg" in page and "GPU2" in page
-    assert page.count('class="q"') == 11
+    assert page.count('class="q"') == 12
 
 
 def test_svg_from_numa_groups_and_from_the_pcie_tree(kit) -> None:
@@ -81,7 +81,7 @@ def test_markdown_has_every_question_and_fences_hostile_text(kit) -> None:
     report = _report(_hostile_machine(kit))
     text = render_markdown(report)
     assert text.startswith("# Vendor audit: quote-4711.tar.gz")
-    assert text.count("\n## ") == 12  # eleven questions and the warnings
+    assert text.count("\n## ") == 13  # twelve questions and the warnings
     outside_fences = re.sub(r"```+text\n.*?\n```+", "", text, flags=re.S)
     assert "<script" not in outside_fences and "&lt;script&gt;alert(1)" in outside_fences
     assert "| 1 | **FAIL** | Does every GPU run at PCIe x16 with all cards installed? |" in text
@@ -97,7 +97,7 @@ def test_json_report_shape(kit) -> None:
     assert data["schema"] == "k3diag.audit/1"
     assert data["verdict"] == "WARN" and data["exit_code"] == 1
     assert [a["id"] for a in data["answers"]][:3] == ["pcie-x16", "cpu-numa", "path-classes"]
-    assert data["counts"] == {"PASS": 9, "WARN": 1, "FAIL": 0, "UNKNOWN": 1}
+    assert data["counts"] == {"PASS": 9, "WARN": 1, "FAIL": 0, "UNKNOWN": 2}  # tp2-tp4-measured: no results
     assert data["spec"]["checks"][0] == {"item": "gpu.count", "expected": "8", "actual": "8", "verdict": "PASS",
                                          "evidence": data["spec"]["checks"][0]["evidence"], "request": None}
     first = data["answers"][0]
