@@ -6,22 +6,61 @@ section's parser and hands the result to the format's merger (`k3diag.join.merge
 
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
 
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence
 from k3diag.model.identity import InputIdentity
 from k3diag.model.machine import InputRecord, Machine
+from k3diag.model.source import SourceRef
 from k3diag.parse.detect import STREAM_SNIFF_BYTES, describe_unknown, detect, split_sections, streaming_format
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
 from k3diag.parse.text import Section, compressed_kind, looks_binary, normalize
 
 
+@dataclass
+class ParsedInput:
+    """One input (or one section of a file) after parsing, before merging: what the join groups."""
+
+    record: InputRecord
+    spec: FormatSpec | None = None  # None: nothing was parsed; the record says why
+    result: Any = None
+    note: tuple[str, str] | None = None  # (subject, sentence) the evidence itself reported
+
+    @property
+    def parsed(self) -> bool:
+        return self.spec is not None and self.result is not None
+
+
 def build_machine(evidence: Iterable[Evidence], machine: Machine | None = None) -> Machine:
+    """Every input merged into one machine, unchecked: for a live host (one machine by definition) and for
+    tests. Saved inputs of unknown origin go through `build_machines`, which never merges two machines."""
     machine = machine or Machine()
     for item in evidence:
         ingest(item, machine)
     fill_derived_links(machine)
     return machine
+
+
+def ingest(item: Evidence, machine: Machine) -> None:
+    """Read one piece of evidence into the machine; every problem becomes a warning, never an exception."""
+    for parsed in parse_evidence(item):
+        merge_parsed(parsed, machine)
+
+
+def merge_parsed(parsed: ParsedInput, machine: Machine) -> None:
+    """Record the input in `machine` and merge its records: a merger bug costs this one input."""
+    if parsed.note is not None:
+        machine.note(*parsed.note)
+    machine.inputs.append(parsed.record)
+    if not parsed.parsed:
+        return
+    merge = merger(parsed.spec)
+    if merge is not None:
+        try:
+            merge(parsed.result, machine, parsed.record)
+        except Exception as exc:
+            parsed.record.warnings.append(f"could not merge {parsed.spec.name} facts ({type(exc).__name__}: {exc})")
 
 
 def fill_derived_links(machine: Machine) -> None:
@@ -48,21 +87,20 @@ def fill_derived_links(machine: Machine) -> None:
             machine.add_link(link)
 
 
-def ingest(item: Evidence, machine: Machine) -> None:
-    """Read one piece of evidence into the machine; every problem becomes a warning, never an exception."""
-    if item.error:
-        machine.note(item.name, item.error)
+def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
+    """Parse one piece of evidence (each section of a file on its own); never raises."""
+    note = (item.name, item.error) if item.error else None
     if item.error and not item.data and item.path is None:
         record = InputRecord(path=item.name, format="unknown", command=item.command)
         record.warnings.append(item.error)
-        machine.inputs.append(record)
+        yield ParsedInput(record, note=note)
         return
     try:
         head = item.head(STREAM_SNIFF_BYTES)
     except OSError as exc:
         record = InputRecord(path=item.name, format="unknown", command=item.command)
         record.warnings.append(f"could not read {item.name}: {exc.strerror or exc}; check the path and its permissions")
-        machine.inputs.append(record)
+        yield ParsedInput(record, note=note)
         return
     size = item.size
     if not head.strip():
@@ -73,14 +111,14 @@ def ingest(item: Evidence, machine: Machine) -> None:
             if item.error:
                 reason = item.error
         record.warnings.append(reason)
-        machine.inputs.append(record)
+        yield ParsedInput(record, note=note)
         return
 
     if item.format_hint:
         spec = spec_named(item.format_hint)
         if spec is not None and parser_module(spec) is not None and not spec.streaming:
             text, _ = item.read_text()
-            _parse_section(spec, Section(text=text, first_line=1, command=item.command), item, machine, size)
+            yield _parse_section(spec, Section(text=text, first_line=1, command=item.command), item, size, note)
             return
 
     # UTF-16 (what Windows PowerShell saves) is full of NUL bytes: judge the decoded text, not the bytes.
@@ -97,13 +135,13 @@ def ingest(item: Evidence, machine: Machine) -> None:
             record.warnings.append(
                 f"{item.name} looks like binary data, not the text output of a tool; give the saved text output instead"
             )
-        machine.inputs.append(record)
+        yield ParsedInput(record, note=note)
         return
 
     head_text = normalize(head_text)
     stream_spec = streaming_format(head_text)
     if stream_spec is not None:
-        _parse_stream(stream_spec, item, machine, size)
+        yield _parse_stream(stream_spec, item, size, note)
         return
 
     text, truncated = item.read_text(MAX_TEXT_BYTES)
@@ -115,60 +153,53 @@ def ingest(item: Evidence, machine: Machine) -> None:
         if spec is None:
             continue
         parsed_any = True
-        _parse_section(spec, section, item, machine, size, truncated=truncated)
+        yield _parse_section(spec, section, item, size, note, truncated=truncated)
+        note = None  # said once, with the first section
     if not parsed_any:
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
         record.warnings.append(item.error or describe_unknown(text, item.name))
         record.warnings.extend(item.take_notes())  # what reading dropped or cut
-        machine.inputs.append(record)
+        yield ParsedInput(record, note=note)
 
 
 def _parse_section(
     spec: FormatSpec,
     section: Section,
     item: Evidence,
-    machine: Machine,
     size: int | None,
+    note: tuple[str, str] | None,
     truncated: bool = False,
-) -> None:
+) -> ParsedInput:
     record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=section.command or item.command)
     if truncated:
         record.warnings.append(
             f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of {item.name} were read; "
             "split the file to analyze the rest"
         )
-    _run_parser(spec, lambda module: module.parse(section, item.name), item, machine, record)
+    if section.host:  # `user@node1:~$ nvidia-smi topo -m`: the prompt names the machine
+        record.identity.add_hostname(section.host, SourceRef(item.name, section.first_line, section.text.split("\n", 1)[0]))
+    return _run_parser(spec, lambda module: module.parse(section, item.name), item, record, note)
 
 
-def _parse_stream(spec: FormatSpec, item: Evidence, machine: Machine, size: int | None) -> None:
+def _parse_stream(spec: FormatSpec, item: Evidence, size: int | None, note: tuple[str, str] | None) -> ParsedInput:
     record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=item.command)
-    _run_parser(spec, lambda module: module.parse_stream(item.iter_lines(), item.name), item, machine, record)
+    return _run_parser(spec, lambda module: module.parse_stream(item.iter_lines(), item.name), item, record, note)
 
 
-def _run_parser(spec: FormatSpec, call, item: Evidence, machine: Machine, record: InputRecord) -> None:
-    """Parse, record the input, merge: a parser or merger bug costs this one input, never the report."""
+def _run_parser(spec: FormatSpec, call, item: Evidence, record: InputRecord, note) -> ParsedInput:
+    """Parse and keep the result: a parser bug costs this one input, never the report."""
     try:
         result = call(parser_module(spec))
     except OSError as exc:  # a streamed file that became unreadable part way
         record.warnings.append(f"reading {item.name} failed part way: {exc}")
-        machine.inputs.append(record)
-        return
+        return ParsedInput(record, note=note)
     except Exception as exc:
         record.warnings.append(f"the {spec.name} parser failed on this input ({type(exc).__name__}: {exc}); "
                                "please report it with the file attached")
-        machine.inputs.append(record)
-        return
+        return ParsedInput(record, note=note)
     record.warnings.extend(getattr(result, "warnings", []) or [])
     record.warnings.extend(item.take_notes())  # what reading dropped or cut (NULs, overlong lines)
     reported = getattr(result, "identity", None)
     if isinstance(reported, InputIdentity):  # what the parser read about its machine
         record.identity.update(reported)
-    machine.inputs.append(record)
-    merge = merger(spec)
-    if merge is not None:
-        try:
-            merge(result, machine, record)
-        except Exception as exc:
-            record.warnings.append(f"could not merge {spec.name} facts ({type(exc).__name__}: {exc})")
-
-
+    return ParsedInput(record, spec=spec, result=result, note=note)

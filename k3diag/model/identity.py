@@ -59,6 +59,8 @@ class InputIdentity:
     driver_version: IdentityFact | None = None
     cuda_version: IdentityFact | None = None  # the CUDA version the driver supports
     rocm_version: IdentityFact | None = None
+    # How many distinct GPUs the input shows at least (0: unknown, or several hosts).
+    gpus_seen: int = 0
 
     # -- filling --------------------------------------------------------------------------------
     def add_hostname(self, value: str | None, source: SourceRef | None = None) -> None:
@@ -104,6 +106,7 @@ class InputIdentity:
             mine: list[IdentityFact] = getattr(self, name)
             for fact in getattr(other, name):
                 _add(mine, fact.value, fact.source)
+        self.gpus_seen = max(self.gpus_seen, other.gpus_seen)
         if other.gpu_count is not None:
             self.set_count(int(other.gpu_count.value), other.gpu_count.source)
         for name in ("driver_version", "cuda_version", "rocm_version"):

@@ -70,6 +70,16 @@ class Machine:
     # Readings already held, so that a file repeating one output thousands of times (a loop of
     # `nvidia-smi topo -m` saved to a log) does not grow the lists that every pair lookup scans.
     _link_readings: set[tuple] = field(default_factory=set, repr=False, compare=False)
+    # Pair and bus-id lookups are indexed: a 72-GPU rack asks for every pair (5,000 lookups) and a
+    # 5,000-device lspci asks for every device, so a scan per lookup is quadratic or worse.
+    _pair_index: "_AppendIndex" = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _bdf_index: "_AppendIndex" = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _p2p_index: "_AppendIndex" = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self._pair_index = _AppendIndex(lambda link: link.key())
+        self._bdf_index = _AppendIndex(lambda device: device.bdf)
+        self._p2p_index = _AppendIndex(lambda status: (status.src, status.dst))
 
     # -- GPUs -----------------------------------------------------------------
     def gpu(self, index: int) -> Gpu:
@@ -99,8 +109,8 @@ class Machine:
 
     # -- pairs ----------------------------------------------------------------
     def links_between(self, a: str, b: str) -> list[Link]:
-        wanted = pair_key(a, b)
-        return [link for link in self.links if link.key() == wanted]
+        """Every reading of this pair, in the order they were added."""
+        return list(self._pair_index.lookup(self.links, pair_key(a, b)))
 
     def link(self, a: str, b: str, origin: str | None = None) -> Link | None:
         """The link a source reported for this pair; with no origin, the best-ranked one."""
@@ -123,9 +133,7 @@ class Machine:
 
     def p2p_status(self, src: str, dst: str, capability: str | None = None) -> list[P2PStatus]:
         return [
-            p
-            for p in self.p2p
-            if p.src == src and p.dst == dst and (capability is None or p.capability == capability)
+            p for p in self._p2p_index.lookup(self.p2p, (src, dst)) if capability is None or p.capability == capability
         ]
 
     def pci_device(self, bdf: str | None) -> PciDevice | None:
@@ -133,11 +141,8 @@ class Machine:
             return None
         from k3diag.model.ids import normalize_bdf
 
-        wanted = normalize_bdf(bdf)
-        for dev in self.pci:
-            if dev.bdf and dev.bdf == wanted:
-                return dev
-        return None
+        found = self._bdf_index.lookup(self.pci, normalize_bdf(bdf))
+        return found[0] if found else None
 
     def endpoint_names(self) -> list[str]:
         names = {link.a for link in self.links} | {link.b for link in self.links}
@@ -157,3 +162,26 @@ class Machine:
             # A bundle's own record says it was opened, not that anything in it was read.
             or any(inp.format not in ("unknown", "bundle") for inp in self.inputs)
         )
+
+
+class _AppendIndex:
+    """A dict over a list that only grows (the model's lists): entries added since the last lookup are
+    indexed then, so building the model and reading it both stay linear. If the list was replaced or
+    shrank (a test, a rule that filters), the index is rebuilt from scratch."""
+
+    def __init__(self, key) -> None:
+        self._key = key
+        self._list_id: int | None = None
+        self._count = 0
+        self._index: dict = {}
+
+    def lookup(self, items: list, wanted) -> list:
+        if id(items) != self._list_id or len(items) < self._count:
+            self._list_id, self._count, self._index = id(items), 0, {}
+        if self._count < len(items):
+            for item in items[self._count:]:
+                key = self._key(item)
+                if key is not None:
+                    self._index.setdefault(key, []).append(item)
+            self._count = len(items)
+        return self._index.get(wanted, ())

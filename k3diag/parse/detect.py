@@ -9,10 +9,12 @@ text and gets back sections and format specs; it knows nothing of machines.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import lru_cache
+from itertools import accumulate
 
-from k3diag.parse.registry import FormatSpec, available_formats, parser_module
-from k3diag.parse.text import Section, is_shell_prompt, prompt_command
+from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
+from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
 
 SNIFF_THRESHOLD = 0.5
 SNIFF_CHARS = 64 * 1024
@@ -47,62 +49,114 @@ def _detect_head(text: str, command: str | None) -> FormatSpec | None:
     return best[1]
 
 
+# Longest line that can begin an output or be a prompt: longer lines (a 50 MB single-line file) are
+# content, and no pattern is tried on them.
+MAX_START_LINE_CHARS = 4096
+# Every prompt `prompt_command`/`is_shell_prompt` accept holds one of these characters.
+_PROMPT_LITERALS = ("$", "#", "%", ">")
+
+
 def split_sections(text: str, command: str | None = None) -> list[Section]:
-    """Cut a file into the outputs it holds, at prompt lines and at lines that begin a known output."""
+    """Cut a file into the outputs it holds, at prompt lines and at lines that begin a known output.
+
+    One pass over the text, in C: each format's start literal (`FormatSpec.start`) is searched for
+    with `str.find`, and only the lines holding one are tried against that format's `START_RE`;
+    a format whose literal the text lacks is not even imported. Prompts likewise.
+    """
     lines = text.split("\n")
+    offsets = _line_offsets(lines)
     starts: dict[int, str | None] = {0: command}
-    start_patterns = []
-    for spec in available_formats(text):
-        pattern = getattr(parser_module(spec), "START_RE", None)
-        if pattern is not None:
-            start_patterns.append(pattern)
-    previous_was_prompt = False
+    hosts: dict[int, str] = {}
     # Prompt lines running no tool we read (`user@host:~$ cd ~`, the bare `PS C:\>` a PowerShell paste
     # ends with): they end the output above; blanked so no parser takes them for a row.
     blank: set[int] = set()
-    for index, line in enumerate(lines):
+    command_prompts: set[int] = set()
+    for index in _lines_holding(text, offsets, _PROMPT_LITERALS):
+        line = lines[index]
+        if len(line) > MAX_START_LINE_CHARS:
+            continue
         prompt = prompt_command(line)
         if prompt is not None:
             starts[index] = prompt
-            previous_was_prompt = True
-            continue
-        if is_shell_prompt(line):
+            command_prompts.add(index)
+        elif is_shell_prompt(line):
             starts[index] = None
             blank.add(index)
-            previous_was_prompt = False
+        else:
             continue
-        if not previous_was_prompt and index not in starts:
-            for pattern in start_patterns:
-                if pattern.match(line):
-                    starts.setdefault(index, None)
-                    break
+        host = prompt_host(line)
+        if host:
+            hosts[index] = host
+    candidates: set[int] = set()
+    for spec in FORMATS:
+        if not spec.start or not any(literal in text for literal in spec.start):
+            continue
+        module = parser_module(spec)
+        pattern = getattr(module, "START_RE", None) if module is not None else None
+        if pattern is None:
+            continue
+        for index in _lines_holding(text, offsets, spec.start):
+            if index in starts or index in candidates or len(lines[index]) > MAX_START_LINE_CHARS:
+                continue
+            if pattern.match(lines[index]):
+                candidates.add(index)
+    for index in candidates:
         # A blank line between a prompt and the output it printed keeps them together.
-        if line.strip():
-            previous_was_prompt = False
+        before = index - 1
+        while before >= 0 and not lines[before].strip():
+            before -= 1
+        if before not in command_prompts:
+            starts.setdefault(index, None)
     ordered = sorted(starts)
-    sections: list[Section] = []
+    pieces: list[list] = []  # [start, end, command, host]; line ranges, so gluing never copies text
+    host: str | None = None
     for position, start in enumerate(ordered):
         end = ordered[position + 1] if position + 1 < len(ordered) else len(lines)
-        chunk = lines[start:end]
-        if start in blank:
-            chunk[0] = ""  # keeps the line numbers of what follows
-        if not "".join(chunk).strip():
+        if start in hosts:
+            host = hosts[start]
+        elif start in blank:
+            host = None
+        first = start + 1 if start in blank else start
+        if not any(lines[k].strip() for k in range(first, end)):
             continue
-        sections.append(Section(text="\n".join(chunk), first_line=start + 1, command=starts[start]))
-    return _merge_same_format_neighbours(sections)
+        piece_command = starts[start]
+        # A start pattern can fire twice inside one output (a wrapped header, a repeated legend):
+        # a piece too short to be anything is glued to the one before it.
+        if pieces and piece_command is None and detect(_text(lines, start, end, blank)) is None:
+            pieces[-1][1] = end
+            continue
+        pieces.append([start, end, piece_command, host])
+    return [
+        Section(text=_text(lines, start, end, blank), first_line=start + 1, command=piece_command, host=piece_host)
+        for start, end, piece_command, piece_host in pieces
+    ]
 
 
-def _merge_same_format_neighbours(sections: list[Section]) -> list[Section]:
-    """A start pattern can fire twice inside one output (a wrapped header, a repeated legend);
-    a section too short to be anything is glued to the one before it."""
-    merged: list[Section] = []
-    for section in sections:
-        if merged and section.command is None and detect(section.text) is None:
-            prev = merged[-1]
-            merged[-1] = Section(text=prev.text + "\n" + section.text, first_line=prev.first_line, command=prev.command)
-        else:
-            merged.append(section)
-    return merged
+def _text(lines: list[str], start: int, end: int, blank: set[int]) -> str:
+    chunk = lines[start:end]
+    for index in blank:
+        if start <= index < end:
+            chunk[index - start] = ""  # keeps the line numbers of what follows
+    return "\n".join(chunk)
+
+
+def _line_offsets(lines: list[str]) -> list[int]:
+    """The offset in the text where each line begins."""
+    offsets = [0]
+    offsets.extend(accumulate(len(line) + 1 for line in lines))
+    return offsets
+
+
+def _lines_holding(text: str, offsets: list[int], literals: tuple[str, ...]) -> list[int]:
+    """Indexes of the lines that contain any of `literals`, found with `str.find` (no per-line loop)."""
+    found: set[int] = set()
+    for literal in literals:
+        position = text.find(literal)
+        while position != -1:
+            index = bisect_right(offsets, position) - 1
+            found.add(index)
+            position = text.find(literal, offsets[index + 1]) if index + 1 < len(offsets) else -1
+    return sorted(found)
 
 
 def streaming_format(head_text: str) -> FormatSpec | None:

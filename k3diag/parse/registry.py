@@ -6,6 +6,7 @@ first time content has to be sniffed. Each parser module provides:
     sniff(text: str) -> float          confidence 0..1 that `text` (a section, or a file's head) is this format
     parse(section: Section, input_name: str) -> result   pure; result has `.warnings: list[str]`
     START_RE (optional)                 compiled regex: a line that begins a new output of this format
+                                        (declare the literals such a line contains in `FormatSpec.start`)
     parse_stream(lines, input_name) -> result   (streaming formats only: NCCL logs can be gigabytes)
 
 and the merger `module:function` has the signature merge(result, machine, input_record) -> None.
@@ -31,42 +32,62 @@ class FormatSpec:
     # what `sniff` accepts). Text without it cannot be this format, so its parser is not even
     # imported: most runs read one or two formats, and importing all twenty costs ~80 ms.
     hint: str | None = None
+    # Literals every line that begins an output of this format contains (its `START_RE` tried only on
+    # those lines): section splitting finds them with `str.find` and imports only the parsers whose
+    # literal occurs. Empty for formats without a `START_RE`.
+    start: tuple[str, ...] = ()
 
     def may_match(self, text: str) -> bool:
         return self.hint is None or _hint_re(self.hint).search(text) is not None
 
 
+_CSV_FIELDS = ("index", "name", "bus_id", "uuid", "timestamp", "driver_version", "pstate", "memory.", "pcie.link.",
+               "utilization.", "temperature.")
+_LSPCI_HINT = (r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|LnkCap|LnkSta|ACSC|Capabilities: |Kernel driver in use|Kernel modules"
+               r"|Control: I/O|Status: Cap|Bus: primary|NUMA node|Physical Slot|LnkCtl2")
+_NCCL_TESTS_TYPES = r"int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|fp8_e4m3|fp8_e5m2|char|int|f8e4m3|f8e5m2"
+
+# Every format has a hint (a case-insensitive regex every output of it contains: a superset of what
+# its `sniff` accepts), so a text is sniffed only by the parsers that could read it.
 FORMATS: tuple[FormatSpec, ...] = (
-    FormatSpec("nvidia-smi-topo-matrix", "k3diag.parse.nvidia_topo_matrix", "k3diag.join.merge_nvidia:merge_topo_matrix"),
-    FormatSpec("nvidia-smi-topo-p2p", "k3diag.parse.nvidia_topo_p2p", "k3diag.join.merge_nvidia:merge_topo_p2p"),
-    FormatSpec("nvidia-smi-query", "k3diag.parse.nvidia_query", "k3diag.join.merge_nvidia:merge_query"),
-    FormatSpec("nvidia-smi-query-gpu-csv", "k3diag.parse.nvidia_query_csv", "k3diag.join.merge_nvidia:merge_query_csv"),
+    FormatSpec("nvidia-smi-topo-matrix", "k3diag.parse.nvidia_topo_matrix", "k3diag.join.merge_nvidia:merge_topo_matrix",
+               hint=r"GPU0", start=("GPU0",)),
+    FormatSpec("nvidia-smi-topo-p2p", "k3diag.parse.nvidia_topo_p2p", "k3diag.join.merge_nvidia:merge_topo_p2p",
+               hint=r"GPU0", start=("GPU0",)),
+    FormatSpec("nvidia-smi-query", "k3diag.parse.nvidia_query", "k3diag.join.merge_nvidia:merge_query",
+               hint=r"NVSMI LOG|Product Name|GPU Link Info|PCIe Generation|Bus Id|Performance State",
+               start=("NVSMI LOG",)),
+    FormatSpec("nvidia-smi-query-gpu-csv", "k3diag.parse.nvidia_query_csv", "k3diag.join.merge_nvidia:merge_query_csv",
+               hint=r",\s*[a-z_]|[0-9a-f]{8}:[0-9a-f]{2}:", start=_CSV_FIELDS),
     FormatSpec("nvml-readings", "k3diag.parse.nvml_readings", "k3diag.join.merge_nvidia:merge_nvml", hint=r"k3diag\.nvml-readings/"),
     FormatSpec("host-readings", "k3diag.parse.host_readings", "k3diag.join.merge_host:merge_host", hint=r"k3diag\.host-readings/"),
-    FormatSpec("lspci-vv", "k3diag.parse.lspci", "k3diag.join.merge_pci:merge_lspci"),
-    FormatSpec("lspci-tv", "k3diag.parse.lspci_tree", "k3diag.join.merge_pci:merge_lspci_tree"),
+    FormatSpec("lspci-vv", "k3diag.parse.lspci", "k3diag.join.merge_pci:merge_lspci", hint=_LSPCI_HINT),
+    FormatSpec("lspci-tv", "k3diag.parse.lspci_tree", "k3diag.join.merge_pci:merge_lspci_tree", hint=r"[+\\]-"),
     FormatSpec("sysfs-snapshot", "k3diag.parse.sysfs_snapshot", "k3diag.join.merge_pci:merge_sysfs", hint=r"k3diag\.sysfs-snapshot/"),
-    FormatSpec("kernel-cmdline", "k3diag.parse.kernel_cmdline", "k3diag.join.merge_pci:merge_cmdline"),
-    FormatSpec("dmesg", "k3diag.parse.dmesg", "k3diag.join.merge_pci:merge_dmesg"),
+    FormatSpec("kernel-cmdline", "k3diag.parse.kernel_cmdline", "k3diag.join.merge_pci:merge_cmdline", hint=r"="),
+    FormatSpec("dmesg", "k3diag.parse.dmesg", "k3diag.join.merge_pci:merge_dmesg",
+               hint=r"\[\s*\d+\.\d+\]|kernel: |NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport "),
     FormatSpec("nccl-log", "k3diag.parse.nccl_log", "k3diag.join.merge_nccl:merge_nccl_log", streaming=True,
                hint=r"[NR]CCL"),
-    FormatSpec("nccl-tests", "k3diag.parse.nccl_tests", "k3diag.join.merge_bench:merge_benchmark"),
+    FormatSpec("nccl-tests", "k3diag.parse.nccl_tests", "k3diag.join.merge_bench:merge_benchmark",
+               hint=rf"nThread|Collective test|busbw|bus bandwidth|Out of bounds|_perf|\s(?:{_NCCL_TESTS_TYPES})\s",
+               start=("nGpus", "Collective test starting:", "_perf")),
     FormatSpec("p2p-bandwidth-latency-test", "k3diag.parse.p2p_bandwidth", "k3diag.join.merge_bench:merge_benchmark",
-               hint=r"P2P|Access Peer"),
+               hint=r"P2P|Access Peer", start=("P2P (Peer-to-Peer)",)),
     FormatSpec("nvbandwidth", "k3diag.parse.nvbandwidth", "k3diag.join.merge_bench:merge_benchmark",
-               hint=r"nvbandwidth|Running |memcpy|SUM "),
+               hint=r"nvbandwidth|Running |memcpy|SUM ", start=("nvbandwidth Version:",)),
     FormatSpec("rocm-smi-showtopo", "k3diag.parse.rocm_smi", "k3diag.join.merge_amd:merge_rocm_smi",
-               hint=r"between two GPUs|Numa"),
+               hint=r"between two GPUs|Numa", start=("ROCm System Management Interface",)),
     FormatSpec("amd-smi-topology", "k3diag.parse.amd_smi", "k3diag.join.merge_amd:merge_amd_smi",
-               hint=r"TABLE:|link_accessibility|link_type|num_hops|link_status|numa_bandwidth"),
+               hint=r"TABLE:|link_accessibility|link_type|num_hops|link_status|numa_bandwidth", start=("ACCESS TABLE:",)),
     FormatSpec("rocm-bandwidth-test", "k3diag.parse.rocm_bandwidth", "k3diag.join.merge_bench:merge_benchmark",
-               hint=r"RocmBandwidthTest|bandwidth GB/s"),
+               hint=r"RocmBandwidthTest|bandwidth GB/s", start=("RocmBandwidthTest Version:",)),
     FormatSpec("amdsmi-readings", "k3diag.parse.amdsmi_readings", "k3diag.join.merge_amd:merge_amdsmi",
                hint=r"k3diag\.amdsmi-readings/"),
     FormatSpec("probe-readings", "k3diag.parse.probe_readings", "k3diag.join.merge_bench:merge_benchmark",
                hint=r"k3diag\.probe-readings/"),
     FormatSpec("nccl-topo-xml", "k3diag.parse.nccl_topo_xml", "k3diag.join.merge_nccl:merge_topo_xml",
-               hint=r"<system"),
+               hint=r"<system", start=("<system version=",)),
     # Serving benchmarks (docs/serving.md): kept for `k3diag serving --from` and the audit.
     FormatSpec("vllm-bench-serve", "k3diag.parse.serving.vllm_bench", "k3diag.join.merge_serving:merge_serving",
                hint=r'"(?:request|output)_throughput"'),

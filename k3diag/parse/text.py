@@ -114,6 +114,17 @@ def prompt_command(line: str) -> str | None:
     return None
 
 
+_PROMPT_HOST_RE = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@(?P<host>[\w.-]+)|\[[^\]@\s]*@(?P<bracketed>[\w.-]+))")
+
+
+def prompt_host(line: str) -> str | None:
+    """The host a prompt names: `user@node1:~$`, `[root@node1 ~]#`; None for `$ ` or `PS C:\\>`."""
+    match = _PROMPT_HOST_RE.match(line)
+    if not match:
+        return None
+    return match.group("host") or match.group("bracketed")
+
+
 def is_shell_prompt(line: str) -> bool:
     """A line that is an unmistakable shell prompt, with or without a command after it."""
     return bool(_SHELL_PROMPT_RE.match(line))
@@ -174,3 +185,4 @@ class Section:
     text: str
     first_line: int
     command: str | None = None
+    host: str | None = None  # the host a prompt line above the output names (`user@node1:~$`)

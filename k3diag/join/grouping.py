@@ -1,0 +1,209 @@
+"""Which inputs describe the same machine: grouping by identity keys, with the reason for each.
+
+Rules, in the order a reader would check them by hand:
+- keys that are unique to one machine join inputs when they are shared (GPU UUIDs and serials,
+  host names) and separate them when both inputs carry them and none is shared;
+- GPU models, bus ids, the GPU count and the driver/CUDA/ROCm versions cannot prove two inputs
+  are one machine (identical servers print identical values), but when they differ the inputs are
+  not one machine and are never merged;
+- an input with no key at all joins the only machine there is, or stands alone with a sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from k3diag.model.identity import IdentityFact, InputIdentity
+
+# How strongly a shared key says "same machine": an exact unique key beats a host name, which beats
+# a consistent set of bus ids and models.
+_UNIQUE, _HOST, _SHAPE = 100, 50, 1
+
+
+@dataclass
+class Member:
+    """One parsed input waiting to be placed: its position, display name and keys."""
+
+    position: int
+    name: str
+    identity: InputIdentity
+    reason: str = ""
+
+
+@dataclass
+class Group:
+    members: list[Member] = field(default_factory=list)
+    identity: InputIdentity = field(default_factory=InputIdentity)
+
+    def add(self, member: Member) -> None:
+        self.members.append(member)
+        self.identity.update(member.identity)
+
+    def names(self) -> str:
+        return _join_names([m.name for m in self.members])
+
+
+def group_inputs(members: list[Member]) -> list[Group]:
+    """Inputs with keys first (in input order), then key-less inputs; every member gets a reason."""
+    groups: list[Group] = []
+    keyless: list[Member] = []
+    for member in members:
+        if member.identity.empty:
+            keyless.append(member)
+            continue
+        _place(member, groups)
+    for member in keyless:
+        if not groups:
+            groups.append(Group())
+        if len(groups) == 1:
+            member.reason = ("it names no host or GPU, so it was read with the inputs of the only machine"
+                             if groups[0].members else "it names no host or GPU")
+            groups[0].add(member)
+        else:
+            member.reason = (f"it names no host or GPU, so nothing ties it to one of the {len(groups)} machines "
+                             "the other inputs describe; it is reported on its own")
+            alone = Group()
+            alone.add(member)
+            groups.append(alone)
+    return groups
+
+
+def _place(member: Member, groups: list[Group]) -> None:
+    best: tuple[int, int, list[str]] | None = None  # (score, group index, reasons)
+    refused: list[str] = []
+    for index, group in enumerate(groups):
+        conflicts = conflicts_between(group.identity, member.identity)
+        if conflicts:
+            refused.append(f"not with {group.names()}: {conflicts[0]}")
+            continue
+        score, reasons = matches_between(group.identity, member.identity)
+        if best is None or score > best[0]:
+            best = (score, index, reasons)
+    if best is not None:
+        score, index, reasons = best
+        group = groups[index]
+        if reasons:
+            member.reason = f"same machine as {group.names()}: {reasons[0]}"
+        else:
+            member.reason = f"nothing in it contradicts {group.names()}"
+        group.add(member)
+        return
+    group = Group()
+    member.reason = "; ".join(refused) if refused else f"the first input that names its machine ({describe(member.identity)})"
+    group.add(member)
+    groups.append(group)
+
+
+def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
+    """Why the two sets of keys cannot be one machine; empty when nothing contradicts."""
+    reasons: list[str] = []
+    for attr, what in (("gpu_uuids", "no GPU UUID in common"), ("gpu_serials", "no GPU serial number in common")):
+        if a.values(attr) and b.values(attr) and not a.values(attr) & b.values(attr):
+            reasons.append(f"{what} ({_cite(getattr(a, attr))} vs {_cite(getattr(b, attr))})")
+    if a.hostnames and b.hostnames and not a.values("hostnames") & b.values("hostnames"):
+        reasons.append(f"different host names ({_values(a.hostnames)} vs {_values(b.hostnames)})")
+    if a.gpu_names and b.gpu_names and not _names_overlap(a, b):
+        reasons.append(f"different GPU models ({_cite(a.gpu_names)} vs {_cite(b.gpu_names)})")
+    buses_a, buses_b = _buses(a), _buses(b)
+    if buses_a and buses_b and not buses_a & buses_b:
+        reasons.append(f"no GPU bus id in common ({_bus_list(a)} vs {_bus_list(b)})")
+    count_reason = _count_conflict(a, b) or _count_conflict(b, a)
+    if count_reason:
+        reasons.append(count_reason)
+    for attr, what in (("driver_version", "driver"), ("cuda_version", "CUDA"), ("rocm_version", "ROCm")):
+        fa, fb = getattr(a, attr), getattr(b, attr)
+        if fa is not None and fb is not None and fa.value != fb.value:
+            reasons.append(f"different {what} versions ({fa.cite()} vs {fb.cite()})")
+    return reasons
+
+
+def matches_between(a: InputIdentity, b: InputIdentity) -> tuple[int, list[str]]:
+    """How strongly the keys say "one machine", and the sentences that say why (strongest first)."""
+    score = 0
+    reasons: list[str] = []
+    for attr, what in (("gpu_uuids", "GPU UUID"), ("gpu_serials", "GPU serial number")):
+        shared = sorted(a.values(attr) & b.values(attr))
+        if shared:
+            score += _UNIQUE
+            reasons.append(f"the same {what} {shared[0]}" + (f" and {len(shared) - 1} more" if len(shared) > 1 else ""))
+    shared_hosts = sorted(a.values("hostnames") & b.values("hostnames"))
+    if shared_hosts:
+        score += _HOST
+        reasons.append(f"the same host name {shared_hosts[0]}")
+    shared_buses = _buses(a) & _buses(b)
+    if shared_buses:
+        score += _SHAPE
+        reasons.append(f"{len(shared_buses)} GPU bus id(s) in common")
+    if a.gpu_names and b.gpu_names and _names_overlap(a, b):
+        score += _SHAPE
+        reasons.append(f"the same GPU model ({b.gpu_names[0].value})")
+    if a.gpu_count is not None and b.gpu_count is not None and a.gpu_count.value == b.gpu_count.value:
+        score += _SHAPE
+        reasons.append(f"the same GPU count ({a.gpu_count.value})")
+    return score, reasons
+
+
+def describe(identity: InputIdentity) -> str:
+    """The keys in a few words: `host node1, 8 GPUs, NVIDIA L40S`."""
+    parts: list[str] = []
+    if identity.hostnames:
+        parts.append("host " + _values(identity.hostnames))
+    if identity.gpu_count is not None:
+        parts.append(f"{identity.gpu_count.value} GPUs")
+    elif identity.gpus_seen:
+        parts.append(f"{identity.gpus_seen} GPU(s) seen")
+    if identity.gpu_names:
+        parts.append(_values(identity.gpu_names))
+    if identity.gpu_bus_ids and not identity.gpu_names:
+        parts.append("bus ids " + _bus_list(identity))
+    if identity.driver_version is not None:
+        parts.append(f"driver {identity.driver_version.value}")
+    return ", ".join(parts) if parts else "no machine keys"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _names_overlap(a: InputIdentity, b: InputIdentity) -> bool:
+    """`h100 80gb hbm3` and `h100` are one model; `mi300a` and `mi300x` are not."""
+    return any(x == y or x in y or y in x for x in a.values("gpu_names") for y in b.values("gpu_names"))
+
+
+def _buses(identity: InputIdentity) -> set[str]:
+    """`dddd:bb`: some sources print only the bus number, and a GPU is the only function on its bus."""
+    return {fact.value.rsplit(":", 1)[0] if fact.value.count(":") == 2 else fact.value for fact in identity.gpu_bus_ids}
+
+
+def _count_conflict(full: InputIdentity, other: InputIdentity) -> str | None:
+    if full.gpu_count is None:
+        return None
+    count = int(full.gpu_count.value)
+    if other.gpu_count is not None and int(other.gpu_count.value) != count:
+        return f"different GPU counts ({count} vs {other.gpu_count.value})"
+    if other.gpus_seen > count:
+        return f"{other.gpus_seen} GPUs in one and {count} in the other"
+    return None
+
+
+def _values(facts: list[IdentityFact], limit: int = 3) -> str:
+    shown = [fact.value for fact in facts[:limit]]
+    more = f" and {len(facts) - limit} more" if len(facts) > limit else ""
+    return ", ".join(shown) + more
+
+
+def _cite(facts: list[IdentityFact]) -> str:
+    first = facts[0]
+    where = f" at {first.source.input}:{first.source.line}" if first.source and first.source.line else (
+        f" in {first.source.input}" if first.source else "")
+    more = f" and {len(facts) - 1} more" if len(facts) > 1 else ""
+    return f"{first.value}{where}{more}"
+
+
+def _bus_list(identity: InputIdentity) -> str:
+    return _values(sorted(identity.gpu_bus_ids, key=lambda fact: fact.value))
+
+
+def _join_names(names: list[str], limit: int = 3) -> str:
+    shown = names[:limit]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(shown) + more
