@@ -9,9 +9,7 @@ text and gets back sections and format specs; it knows nothing of machines.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from functools import lru_cache
-from itertools import accumulate
 
 from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
@@ -52,41 +50,41 @@ def _detect_head(text: str, command: str | None) -> FormatSpec | None:
 # Longest line that can begin an output or be a prompt: longer lines (a 50 MB single-line file) are
 # content, and no pattern is tried on them.
 MAX_START_LINE_CHARS = 4096
-# Every prompt `prompt_command`/`is_shell_prompt` accept holds one of these characters.
-_PROMPT_LITERALS = ("$", "#", "%", ">")
+# Every prompt `prompt_command`/`is_shell_prompt` accept holds one of these: `user@host`, `[root@host ~]#`
+# and `PS C:\>` forms their own literal, a bare prompt its character and the space after it. `#` and
+# `>` alone would make every nccl-tests comment and XML line a candidate.
+_PROMPT_LITERALS = ("@", "PS", "$", "%", "# ", "#\t", "> ", ">\t")
+_NON_SPACE_RE = re.compile(r"\S")
 
 
 def split_sections(text: str, command: str | None = None) -> list[Section]:
     """Cut a file into the outputs it holds, at prompt lines and at lines that begin a known output.
 
-    One pass over the text, in C: each format's start literal (`FormatSpec.start`) is searched for
-    with `str.find`, and only the lines holding one are tried against that format's `START_RE`;
-    a format whose literal the text lacks is not even imported. Prompts likewise.
+    One pass over the text, in C: each format's start literals (`FormatSpec.start`) and the prompt
+    characters are searched for with `str.find`, and only the lines holding one are tried against
+    the prompt patterns and that format's `START_RE`; a format whose literal the text lacks is not
+    even imported. Lines are never split out of the text: sections are slices between line starts.
     """
-    lines = text.split("\n")
-    offsets = _line_offsets(lines)
-    starts: dict[int, str | None] = {0: command}
+    starts: dict[int, str | None] = {0: command}  # line start offset -> the prompt's command
     hosts: dict[int, str] = {}
     # Prompt lines running no tool we read (`user@host:~$ cd ~`, the bare `PS C:\>` a PowerShell paste
     # ends with): they end the output above; blanked so no parser takes them for a row.
     blank: set[int] = set()
     command_prompts: set[int] = set()
-    for index in _lines_holding(text, offsets, _PROMPT_LITERALS):
-        line = lines[index]
-        if len(line) > MAX_START_LINE_CHARS:
-            continue
+    for start in _lines_holding(text, _PROMPT_LITERALS):
+        line = _line(text, start)
         prompt = prompt_command(line)
         if prompt is not None:
-            starts[index] = prompt
-            command_prompts.add(index)
+            starts[start] = prompt
+            command_prompts.add(start)
         elif is_shell_prompt(line):
-            starts[index] = None
-            blank.add(index)
+            starts[start] = None
+            blank.add(start)
         else:
             continue
         host = prompt_host(line)
         if host:
-            hosts[index] = host
+            hosts[start] = host
     candidates: set[int] = set()
     for spec in FORMATS:
         if not spec.start or not any(literal in text for literal in spec.start):
@@ -95,67 +93,97 @@ def split_sections(text: str, command: str | None = None) -> list[Section]:
         pattern = getattr(module, "START_RE", None) if module is not None else None
         if pattern is None:
             continue
-        for index in _lines_holding(text, offsets, spec.start):
-            if index in starts or index in candidates or len(lines[index]) > MAX_START_LINE_CHARS:
-                continue
-            if pattern.match(lines[index]):
-                candidates.add(index)
-    for index in candidates:
+        for start in _lines_holding(text, spec.start):
+            if start not in starts and start not in candidates and pattern.match(_line(text, start)):
+                candidates.add(start)
+    for start in candidates:
         # A blank line between a prompt and the output it printed keeps them together.
-        before = index - 1
-        while before >= 0 and not lines[before].strip():
-            before -= 1
-        if before not in command_prompts:
-            starts.setdefault(index, None)
+        if _previous_nonblank_line(text, start) not in command_prompts:
+            starts.setdefault(start, None)
+    return _sections(text, starts, hosts, blank)
+
+
+def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], blank: set[int]) -> list[Section]:
     ordered = sorted(starts)
-    pieces: list[list] = []  # [start, end, command, host]; line ranges, so gluing never copies text
+    # [first line offset, end offset, command, host, blanked line offsets]: slices of the text, so
+    # gluing a piece to its neighbour never copies text
+    pieces: list[list] = []
     host: str | None = None
     for position, start in enumerate(ordered):
-        end = ordered[position + 1] if position + 1 < len(ordered) else len(lines)
+        end = ordered[position + 1] if position + 1 < len(ordered) else len(text)
         if start in hosts:
             host = hosts[start]
         elif start in blank:
             host = None
-        first = start + 1 if start in blank else start
-        if not any(lines[k].strip() for k in range(first, end)):
+        content_from = _line_end(text, start) if start in blank else start
+        if _NON_SPACE_RE.search(text, content_from, end) is None:
             continue
         piece_command = starts[start]
+        blanked = [start] if start in blank else []
         # A start pattern can fire twice inside one output (a wrapped header, a repeated legend):
         # a piece too short to be anything is glued to the one before it.
-        if pieces and piece_command is None and detect(_text(lines, start, end, blank)) is None:
+        if pieces and piece_command is None and detect(_slice(text, start, end, blanked)) is None:
             pieces[-1][1] = end
+            pieces[-1][4].extend(blanked)
             continue
-        pieces.append([start, end, piece_command, host])
-    return [
-        Section(text=_text(lines, start, end, blank), first_line=start + 1, command=piece_command, host=piece_host)
-        for start, end, piece_command, piece_host in pieces
-    ]
+        pieces.append([start, end, piece_command, host, blanked])
+    sections: list[Section] = []
+    line_number, counted_to = 1, 0
+    for start, end, piece_command, piece_host, blanked in pieces:
+        line_number += text.count("\n", counted_to, start)
+        counted_to = start
+        sections.append(Section(text=_slice(text, start, end, blanked), first_line=line_number,
+                                command=piece_command, host=piece_host))
+    return sections
 
 
-def _text(lines: list[str], start: int, end: int, blank: set[int]) -> str:
-    chunk = lines[start:end]
-    for index in blank:
-        if start <= index < end:
-            chunk[index - start] = ""  # keeps the line numbers of what follows
-    return "\n".join(chunk)
+def _slice(text: str, start: int, end: int, blanked: list[int]) -> str:
+    """The text from `start` to `end` without its final newline; blanked lines keep their newline
+    (so the line numbers of what follows hold) but lose their content."""
+    if end > start and end <= len(text) and text[end - 1 : end] == "\n":
+        end -= 1
+    if not blanked:
+        return text[start:end]
+    parts: list[str] = []
+    position = start
+    for line_start in blanked:
+        parts.append(text[position:line_start])
+        position = min(_line_end(text, line_start), end)
+    parts.append(text[position:end])
+    return "".join(parts)
 
 
-def _line_offsets(lines: list[str]) -> list[int]:
-    """The offset in the text where each line begins."""
-    offsets = [0]
-    offsets.extend(accumulate(len(line) + 1 for line in lines))
-    return offsets
+def _line_end(text: str, start: int) -> int:
+    end = text.find("\n", start)
+    return len(text) if end == -1 else end
 
 
-def _lines_holding(text: str, offsets: list[int], literals: tuple[str, ...]) -> list[int]:
-    """Indexes of the lines that contain any of `literals`, found with `str.find` (no per-line loop)."""
+def _line(text: str, start: int) -> str:
+    """The line beginning at `start`, or "" when it is too long to begin an output (content, not a header)."""
+    end = _line_end(text, start)
+    return text[start:end] if end - start <= MAX_START_LINE_CHARS else ""
+
+
+def _previous_nonblank_line(text: str, start: int) -> int | None:
+    end = start - 1  # the newline that ends the line before
+    while end >= 0:
+        line_start = text.rfind("\n", 0, end) + 1
+        if _NON_SPACE_RE.search(text, line_start, end) is not None:
+            return line_start
+        end = line_start - 1
+    return None
+
+
+def _lines_holding(text: str, literals: tuple[str, ...]) -> list[int]:
+    """Start offsets of the lines that contain any of `literals`, found with `str.find`."""
     found: set[int] = set()
     for literal in literals:
         position = text.find(literal)
         while position != -1:
-            index = bisect_right(offsets, position) - 1
-            found.add(index)
-            position = text.find(literal, offsets[index + 1]) if index + 1 < len(offsets) else -1
+            line_start = text.rfind("\n", 0, position) + 1
+            found.add(line_start)
+            line_end = text.find("\n", position)
+            position = text.find(literal, line_end) if line_end != -1 else -1
     return sorted(found)
 
 

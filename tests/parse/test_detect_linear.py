@@ -1,0 +1,73 @@
+"""Section splitting finds start lines through literals (`FormatSpec.start`): a literal missing from a
+real start line would silently stop that output from being cut out of a pasted file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3diag.parse.detect import MAX_START_LINE_CHARS, split_sections
+from k3diag.parse.registry import FORMATS, parser_module
+from k3diag.parse.text import Section, normalize
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+TEXT_FIXTURES = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix in (".txt", ".log", ".xml", ".csv", ""))
+
+
+def _start_formats():
+    for spec in FORMATS:
+        module = parser_module(spec)
+        pattern = getattr(module, "START_RE", None) if module is not None else None
+        if pattern is not None:
+            yield spec, pattern
+
+
+def test_every_format_with_a_start_pattern_declares_its_literals() -> None:
+    missing = [spec.name for spec, _ in _start_formats() if not spec.start]
+    assert missing == []
+
+
+def test_every_format_has_a_hint() -> None:
+    assert [spec.name for spec in FORMATS if not spec.hint] == []
+
+
+def test_start_lines_in_real_outputs_hold_their_literal() -> None:
+    specs = list(_start_formats())
+    misses: list[str] = []
+    for path in TEXT_FIXTURES:
+        try:
+            text = normalize(path.read_text(errors="replace"))
+        except OSError:
+            continue
+        for number, line in enumerate(text.split("\n"), 1):
+            if len(line) > MAX_START_LINE_CHARS:
+                continue
+            for spec, pattern in specs:
+                if pattern.match(line) and not any(literal in line for literal in spec.start):
+                    misses.append(f"{path.relative_to(FIXTURES)}:{number} ({spec.name}): {line[:80]}")
+    assert misses == []
+
+
+def test_outputs_pasted_one_after_another_are_cut_apart() -> None:
+    topo = (FIXTURES / "nvidia" / "topo-m-4x4090-phb-trailing-prompt.txt").read_text()
+    csv = "index, name, pci.bus_id\n0, NVIDIA GeForce RTX 4090, 00000000:01:00.0\n"
+    sections = split_sections(normalize(topo.rstrip("\n") + "\n" + csv))
+    assert any(section.text.startswith("index, name") for section in sections)
+    csv_section = next(section for section in sections if section.text.startswith("index, name"))
+    # line numbers count from the top of the whole file
+    assert csv_section.first_line == normalize(topo.rstrip("\n")).count("\n") + 2
+
+
+def test_a_prompt_names_the_host_of_what_follows() -> None:
+    text = "user@gpu-node-7:~$ nvidia-smi topo -m\n" + (FIXTURES / "nvidia" / "topo-m-4x4090-phb-trailing-prompt.txt").read_text()
+    sections = split_sections(normalize(text))
+    assert sections[0].host == "gpu-node-7"
+    assert sections[0].command == "nvidia-smi topo -m"
+
+
+@pytest.mark.parametrize("size", [5_000_000])
+def test_a_huge_single_line_is_one_section(size: int) -> None:
+    text = ("GPU0 $ # > , name @ " * (size // 20))
+    sections = split_sections(text)
+    assert len(sections) == 1 and sections[0] == Section(text=text, first_line=1)
