@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence, InputError, _sentence_for, open_input, read_stream
-from k3diag.model.machine import InputRecord, Machine
+from k3diag.model.machine import InputRecord, Machine, MachineSet
 
 # A folder of saved outputs is walked this deep and this wide at most; a user who points
 # k3diag at / by mistake gets a sentence, not a frozen terminal. What is left out is said.
@@ -176,15 +176,26 @@ def _problem(name: str, message: str) -> InputRecord:
     return InputRecord(path=name, format="unknown", warnings=[message])
 
 
-def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
-    """Build the model from saved evidence. Returns the machine and the one-sentence problems met."""
-    from k3diag.join.build import build_machine
+def load_machines(paths: list[Path]) -> tuple["MachineSet", list[str]]:
+    """Build one model per machine the saved evidence describes (never one model of two machines).
+    Returns them and the one-sentence problems met."""
+    from k3diag.join.machines import build_machines
 
     evidence, problems = evidence_from_paths(paths)
-    machine = Machine()
-    machine.inputs.extend(problems)
-    build_machine(evidence, machine)
+    machines = build_machines(evidence, problems)
     errors = [warning for record in problems for warning in record.warnings if record.format == "unknown"]
+    return machines, errors
+
+
+def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
+    """The model of the first machine the saved evidence describes, and the problems met. When the
+    inputs describe several machines, the machine says so in a note (`analyze` reports each one)."""
+    machines, errors = load_machines(paths)
+    machine = machines.machines[0]
+    if machines.several:
+        others = len(machines.machines) - 1
+        machine.note("inputs", f"these inputs describe {len(machines.machines)} machines; only {machine.label} is "
+                               f"shown here and the {others} other(s) are left out; `k3diag analyze` reports each one")
     return machine, errors
 
 

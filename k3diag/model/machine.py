@@ -29,15 +29,23 @@ class InputRecord:
     # Which machine this input says it came from (host name, GPU UUIDs, bus ids...): the parser
     # sets `identity` on its result, or `k3diag.join.identity` reads it; the join groups by it.
     identity: InputIdentity = field(default_factory=InputIdentity, repr=False, compare=False)
+    # Set only when the inputs describe several machines: which one this input went to (1-based,
+    # None when it went to none, e.g. nothing in it could be read) and why.
+    machine: int | None = None
+    machine_reason: str | None = None
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "path": self.path,
             "format": self.format,
             "warnings": list(self.warnings),
             "size_bytes": self.size_bytes,
             "command": self.command,
         }
+        if self.machine_reason is not None:
+            data["machine"] = self.machine
+            data["machine_reason"] = self.machine_reason
+        return data
 
 
 @dataclass
@@ -65,6 +73,10 @@ class Machine:
     inputs: list[InputRecord] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     live: bool = False
+    # What the inputs say about which machine this is (union of their keys) and how the report
+    # names it when there are several ("machine 2 (node7)").
+    identity: InputIdentity = field(default_factory=InputIdentity, repr=False, compare=False)
+    label: str | None = None
     # Facts a domain keeps that the core does not model (dmesg events, NUMA distances...).
     extras: dict[str, Any] = field(default_factory=dict)
     # Readings already held, so that a file repeating one output thousands of times (a loop of
@@ -185,3 +197,21 @@ class _AppendIndex:
                     self._index.setdefault(key, []).append(item)
             self._count = len(items)
         return self._index.get(wanted, ())
+
+
+@dataclass
+class MachineSet:
+    """What saved inputs describe: one or more machines, never merged into one when their keys conflict.
+
+    `inputs` is every input in the order given (read or not); each machine's own `inputs` are those
+    that went to it. `unplaced` are inputs nothing could be read from while there are several machines.
+    """
+
+    machines: list[Machine] = field(default_factory=list)
+    inputs: list[InputRecord] = field(default_factory=list)
+    unplaced: list[InputRecord] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+    @property
+    def several(self) -> bool:
+        return len(self.machines) > 1

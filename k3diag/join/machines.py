@@ -1,0 +1,85 @@
+"""Saved inputs in, one `Machine` per machine they describe out: identity before judgement.
+
+Each input is parsed once, merged alone into a scratch machine to read back what it says about
+its machine (`join.identity`), grouped (`join.grouping`), and then merged with the other inputs
+of its group. Inputs whose keys conflict are never merged, so two machines never get one verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+from k3diag.evidence import Evidence
+from k3diag.join.build import ParsedInput, fill_derived_links, merge_parsed, parse_evidence
+from k3diag.join.grouping import Member, describe, group_inputs
+from k3diag.join.identity import identity_of
+from k3diag.model.machine import InputRecord, Machine, MachineSet, Note
+
+
+def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord] = ()) -> MachineSet:
+    """`problems` are inputs already known unreadable (missing paths, bundle warnings): reported, never grouped."""
+    problems = list(problems)
+    parsed: list[ParsedInput] = [piece for item in evidence for piece in parse_evidence(item)]
+    readable = [piece for piece in parsed if piece.parsed]
+    result = MachineSet(inputs=problems + [piece.record for piece in parsed])
+    if len(readable) <= 1:
+        result.machines.append(_one_machine(problems, parsed))
+        return result
+
+    members: list[Member] = []
+    for position, piece in enumerate(readable):
+        # A throwaway record: the merger's warnings about this input are said once, by the real merge.
+        trial = replace(piece.record, warnings=list(piece.record.warnings))
+        scratch = Machine()
+        merge_parsed(replace(piece, record=trial, note=None), scratch)
+        identity = identity_of(scratch, piece.record)
+        piece.record.identity = identity
+        members.append(Member(position=position, name=_display(piece.record), identity=identity))
+    groups = group_inputs(members)
+    if len(groups) == 1:
+        machine = _one_machine(problems, parsed)
+        machine.identity = groups[0].identity
+        result.machines.append(machine)
+        return result
+
+    for number, group in enumerate(groups, 1):
+        machine = Machine()
+        for member in sorted(group.members, key=lambda m: m.position):
+            piece = readable[member.position]
+            piece.record.machine = number
+            piece.record.machine_reason = member.reason
+            merge_parsed(piece, machine)
+        fill_derived_links(machine)
+        machine.identity = group.identity
+        machine.label = f"machine {number} ({describe(group.identity)})"
+        result.machines.append(machine)
+    for record in problems + [piece.record for piece in parsed if not piece.parsed]:
+        record.machine = None
+        record.machine_reason = "nothing in it could be read, so it belongs to no machine"
+        result.unplaced.append(record)
+    for piece in parsed:
+        if not piece.parsed and piece.note is not None:
+            result.notes.append(Note(subject=piece.note[0], message=piece.note[1]))
+    result.notes.insert(0, Note(subject="inputs", level="warn", message=several_machines_sentence(result)))
+    return result
+
+
+def several_machines_sentence(machines: MachineSet) -> str:
+    count = len(machines.machines)
+    return (f"These inputs describe {count} different machines; each is reported on its own, and no finding or "
+            "verdict joins the evidence of two of them. Check that every file comes from the machine you meant.")
+
+
+def _one_machine(problems: list[InputRecord], parsed: list[ParsedInput]) -> Machine:
+    machine = Machine()
+    machine.inputs.extend(problems)
+    for piece in parsed:
+        merge_parsed(piece, machine)
+    fill_derived_links(machine)
+    return machine
+
+
+def _display(record: InputRecord) -> str:
+    """How a sentence names an input: its path, and the command when one file held several outputs."""
+    return record.path if not record.command else f"{record.path} ({record.command})"
