@@ -9,13 +9,14 @@ import typer
 from k3diag.exit_codes import EXIT_USAGE
 
 
-def load_machine_or_exit(paths: list[Path], command: str):
-    """`k3diag.inputs.load_machine`, or every unusable path named on stderr and exit 64 (EX_USAGE)."""
-    from k3diag.inputs import InputPathError, load_machine
+def load_machine_or_exit(paths: list[Path], command: str, several: bool = False):
+    """`k3diag.inputs.load_machine` (with `several`: `load_machines`, one model per machine the inputs
+    describe), or every unusable path named on stderr and exit 64 (EX_USAGE)."""
+    from k3diag.inputs import InputPathError, load_machine, load_machines
     from k3diag.render.escape import safe_message
 
     try:
-        return load_machine(paths)
+        return load_machines(paths) if several else load_machine(paths)
     except InputPathError as exc:
         for sentence in exc.sentences:
             typer.echo(f"k3diag {command}: {safe_message(sentence)}", err=True)

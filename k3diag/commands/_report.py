@@ -45,3 +45,26 @@ def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list
         elif code == 3:
             typer.echo("No GPU was found, so this machine cannot be assessed (exit 3).", err=True)
     return code
+
+
+def emit_machines_report(machines, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None) -> int:
+    """One machine: `emit_report`. Several: each analyzed and reported on its own (never one joint verdict)."""
+    if not machines.several:
+        return emit_report(machines.machines[0], as_json, fail_on, title, tp_sizes)
+    from k3diag.analyze.machines import analyze_machines, combined_exit_code, several_machines_finding
+    from k3diag.analyze.verdict import exit_code_for
+
+    analyses = analyze_machines(machines, tp_sizes)
+    codes = [exit_code_for(a.machine, a.findings, fail_on) for a in analyses]
+    code = combined_exit_code(codes, fail_on)
+    finding = several_machines_finding(machines)
+    if as_json:
+        from k3diag.render.json_report import dumps
+        from k3diag.render.machines import build_machines_report
+
+        sys.stdout.write(dumps(build_machines_report(machines, analyses, codes, finding, code)) + "\n")
+    else:
+        from k3diag.render.machines import render_machines
+
+        render_machines(machines, analyses, finding, title)
+    return code

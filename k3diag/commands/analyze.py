@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from k3diag.commands._report import check_fail_on, emit_report, parse_tp_sizes
+from k3diag.commands._report import check_fail_on, emit_machines_report, parse_tp_sizes
 
 
 def register(app: typer.Typer) -> None:
@@ -22,6 +22,6 @@ def register(app: typer.Typer) -> None:
         """Analyze saved outputs (nvidia-smi, lspci, NCCL logs, nccl-tests, rocm-smi...) and explain them."""
         from k3diag.commands._inputs import load_machine_or_exit
 
-        machine, _ = load_machine_or_exit(list(paths), "analyze")
+        machines, _ = load_machine_or_exit(list(paths), "analyze", several=True)
         title = f"k3diag analyze: {len(paths)} input path(s)"
-        raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp)))
+        raise typer.Exit(emit_machines_report(machines, as_json, fail_on, title, parse_tp_sizes(tp)))

@@ -38,8 +38,20 @@ def build_machine(evidence: Iterable[Evidence], machine: Machine | None = None) 
     machine = machine or Machine()
     for item in evidence:
         ingest(item, machine)
-    fill_derived_links(machine)
+    finish_machine(machine)
     return machine
+
+
+def finish_machine(machine: Machine) -> None:
+    """What is derived once every input of a machine is merged: GPUs benchmarks name, then the
+    paths the PCIe tree implies."""
+    from k3diag.join.inventory import fill_inventory
+
+    try:
+        fill_inventory(machine)
+    except Exception as exc:  # never lose the report over a convenience
+        machine.note("inventory", f"GPUs named by benchmarks could not be joined ({type(exc).__name__}: {exc})")
+    fill_derived_links(machine)
 
 
 def ingest(item: Evidence, machine: Machine) -> None:

@@ -28,6 +28,7 @@ class Member:
     name: str
     identity: InputIdentity
     reason: str = ""
+    path: str = ""  # the file it came from: sections of one file with no key follow the rest of the file
 
 
 @dataclass
@@ -44,18 +45,28 @@ class Group:
 
 
 def group_inputs(members: list[Member]) -> list[Group]:
-    """Inputs with keys first (in input order), then key-less inputs; every member gets a reason."""
+    """Machines from inputs, each member with the reason it went where it went.
+
+    First, inputs that share a unique key (a GPU UUID or serial, a host name) and contradict each other
+    in nothing are linked into clusters; then clusters are placed in input order, each joining the
+    machine it matches best among those it does not contradict, or starting a new one. Clustering
+    first means that a log naming its host and a benchmark naming the same host stay together even
+    when an input without a host name (consistent with either) came before them. Inputs with no key
+    come last: with one machine they join it, with several they stand alone.
+    """
+    keyed = [member for member in members if not member.identity.empty]
+    keyless = [member for member in members if member.identity.empty]
     groups: list[Group] = []
-    keyless: list[Member] = []
-    for member in members:
-        if member.identity.empty:
-            keyless.append(member)
-            continue
-        _place(member, groups)
+    for cluster in _clusters(keyed):
+        _place(cluster, groups)
     for member in keyless:
         if not groups:
             groups.append(Group())
-        if len(groups) == 1:
+        siblings = [g for g in groups if any(m.path and m.path == member.path for m in g.members)]
+        if len(siblings) == 1 and len(groups) > 1:
+            member.reason = "it names no host or GPU; the rest of the same file went to this machine"
+            siblings[0].add(member)
+        elif len(groups) == 1:
             member.reason = ("it names no host or GPU, so it was read with the inputs of the only machine"
                              if groups[0].members else "it names no host or GPU")
             groups[0].add(member)
@@ -68,30 +79,45 @@ def group_inputs(members: list[Member]) -> list[Group]:
     return groups
 
 
-def _place(member: Member, groups: list[Group]) -> None:
+def _clusters(members: list[Member]) -> list[Group]:
+    clusters: list[Group] = []
+    for member in members:
+        home: Group | None = None
+        for cluster in clusters:
+            score, reasons = matches_between(cluster.identity, member.identity)
+            if score >= _HOST and not conflicts_between(cluster.identity, member.identity):
+                member.reason = f"same machine as {cluster.names()}: {reasons[0]}"
+                home = cluster
+                break
+        if home is None:
+            home = Group()
+            clusters.append(home)
+        home.add(member)
+    return clusters
+
+
+def _place(cluster: Group, groups: list[Group]) -> None:
     best: tuple[int, int, list[str]] | None = None  # (score, group index, reasons)
     refused: list[str] = []
     for index, group in enumerate(groups):
-        conflicts = conflicts_between(group.identity, member.identity)
+        conflicts = conflicts_between(group.identity, cluster.identity)
         if conflicts:
             refused.append(f"not with {group.names()}: {conflicts[0]}")
             continue
-        score, reasons = matches_between(group.identity, member.identity)
+        score, reasons = matches_between(group.identity, cluster.identity)
         if best is None or score > best[0]:
             best = (score, index, reasons)
+    first = cluster.members[0]
     if best is not None:
         score, index, reasons = best
         group = groups[index]
-        if reasons:
-            member.reason = f"same machine as {group.names()}: {reasons[0]}"
-        else:
-            member.reason = f"nothing in it contradicts {group.names()}"
-        group.add(member)
+        first.reason = (f"same machine as {group.names()}: {reasons[0]}" if reasons
+                        else f"nothing in it contradicts {group.names()}")
+        for member in cluster.members:
+            group.add(member)
         return
-    group = Group()
-    member.reason = "; ".join(refused) if refused else f"the first input that names its machine ({describe(member.identity)})"
-    group.add(member)
-    groups.append(group)
+    first.reason = "; ".join(refused) if refused else f"the first input that names its machine ({describe(cluster.identity)})"
+    groups.append(cluster)
 
 
 def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
@@ -104,9 +130,9 @@ def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
         reasons.append(f"different host names ({_values(a.hostnames)} vs {_values(b.hostnames)})")
     if a.gpu_names and b.gpu_names and not _names_overlap(a, b):
         reasons.append(f"different GPU models ({_cite(a.gpu_names)} vs {_cite(b.gpu_names)})")
-    buses_a, buses_b = _buses(a), _buses(b)
-    if buses_a and buses_b and not buses_a & buses_b:
-        reasons.append(f"no GPU bus id in common ({_bus_list(a)} vs {_bus_list(b)})")
+    bus_reason = _bus_conflict(a, b)
+    if bus_reason:
+        reasons.append(bus_reason)
     count_reason = _count_conflict(a, b) or _count_conflict(b, a)
     if count_reason:
         reasons.append(count_reason)
@@ -129,14 +155,14 @@ def matches_between(a: InputIdentity, b: InputIdentity) -> tuple[int, list[str]]
     shared_hosts = sorted(a.values("hostnames") & b.values("hostnames"))
     if shared_hosts:
         score += _HOST
-        reasons.append(f"the same host name {shared_hosts[0]}")
+        reasons.append(f"the same host name {next(f.text for f in b.hostnames if f.value == shared_hosts[0])}")
     shared_buses = _buses(a) & _buses(b)
     if shared_buses:
         score += _SHAPE
         reasons.append(f"{len(shared_buses)} GPU bus id(s) in common")
     if a.gpu_names and b.gpu_names and _names_overlap(a, b):
         score += _SHAPE
-        reasons.append(f"the same GPU model ({b.gpu_names[0].value})")
+        reasons.append(f"the same GPU model ({b.gpu_names[0].text})")
     if a.gpu_count is not None and b.gpu_count is not None and a.gpu_count.value == b.gpu_count.value:
         score += _SHAPE
         reasons.append(f"the same GPU count ({a.gpu_count.value})")
@@ -150,8 +176,10 @@ def describe(identity: InputIdentity) -> str:
         parts.append("host " + _values(identity.hostnames))
     if identity.gpu_count is not None:
         parts.append(f"{identity.gpu_count.value} GPUs")
-    elif identity.gpus_seen:
-        parts.append(f"{identity.gpus_seen} GPU(s) seen")
+    else:
+        seen = max(identity.gpus_seen, len(identity.gpu_bus_ids) if len(identity.hostnames) <= 1 else 0)
+        if seen:
+            parts.append(f"{seen} GPU(s) seen")
     if identity.gpu_names:
         parts.append(_values(identity.gpu_names))
     if identity.gpu_bus_ids and not identity.gpu_names:
@@ -174,6 +202,24 @@ def _buses(identity: InputIdentity) -> set[str]:
     return {fact.value.rsplit(":", 1)[0] if fact.value.count(":") == 2 else fact.value for fact in identity.gpu_bus_ids}
 
 
+def _bus_conflict(a: InputIdentity, b: InputIdentity) -> str | None:
+    """Bus ids differ between machines only as far as an inventory shows: a benchmark on GPUs 0-3 and
+    another on GPUs 4-7 of one host share no bus id, but neither may name a GPU an inventory lacks."""
+    buses_a, buses_b = _buses(a), _buses(b)
+    if not buses_a or not buses_b:
+        return None
+    if a.gpu_count is not None and b.gpu_count is not None:
+        if not buses_a & buses_b:
+            return f"no GPU bus id in common ({_bus_list(a)} vs {_bus_list(b)})"
+        return None
+    for full, full_buses, other, other_buses in ((a, buses_a, b, buses_b), (b, buses_b, a, buses_a)):
+        if full.gpu_count is not None and other.gpu_count is None and other_buses - full_buses:
+            missing = sorted(other_buses - full_buses)[0]
+            return (f"a GPU at bus {missing} ({_cite([f for f in other.gpu_bus_ids if f.value.startswith(missing)][:1] or other.gpu_bus_ids)}) "
+                    f"is not among the {full.gpu_count.value} GPUs of the other ({_bus_list(full)})")
+    return None
+
+
 def _count_conflict(full: InputIdentity, other: InputIdentity) -> str | None:
     if full.gpu_count is None:
         return None
@@ -186,17 +232,14 @@ def _count_conflict(full: InputIdentity, other: InputIdentity) -> str | None:
 
 
 def _values(facts: list[IdentityFact], limit: int = 3) -> str:
-    shown = [fact.value for fact in facts[:limit]]
+    shown = [fact.text for fact in facts[:limit]]
     more = f" and {len(facts) - limit} more" if len(facts) > limit else ""
     return ", ".join(shown) + more
 
 
 def _cite(facts: list[IdentityFact]) -> str:
-    first = facts[0]
-    where = f" at {first.source.input}:{first.source.line}" if first.source and first.source.line else (
-        f" in {first.source.input}" if first.source else "")
     more = f" and {len(facts) - 1} more" if len(facts) > 1 else ""
-    return f"{first.value}{where}{more}"
+    return f"{facts[0].cite()}{more}"
 
 
 def _bus_list(identity: InputIdentity) -> str:

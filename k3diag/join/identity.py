@@ -69,13 +69,15 @@ def _benchmark_keys(bench, identity: InputIdentity) -> None:
     """Devices a benchmark names: nccl-tests' "Using devices" lines (host, bus id, name), nvbandwidth's
     and rocm-bandwidth-test's device lists, p2pBandwidthLatencyTest's `Device: N, NAME, pciBusID` lines."""
     header = getattr(bench, "header_source", None)
+    sources = getattr(bench, "sources", None)
     for device in (getattr(bench, "devices", None) or []) + (getattr(bench, "gpus", None) or []):
         def value(name: str):
             return device.get(name) if isinstance(device, dict) else getattr(device, name, None)
 
         if value("type") == "cpu":
             continue
-        source = value("source") if isinstance(value("source"), SourceRef) else header
+        own = sources.get(f"device:{value('index')}") if isinstance(sources, dict) else None
+        source = value("source") if isinstance(value("source"), SourceRef) else (own or header)
         identity.add_hostname(value("host"), source)
         identity.add_bus_id(value("bus_id"), source)
         identity.add_name(value("name"), source)

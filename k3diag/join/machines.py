@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from k3diag.evidence import Evidence
-from k3diag.join.build import ParsedInput, fill_derived_links, merge_parsed, parse_evidence
+from k3diag.join.build import ParsedInput, finish_machine, merge_parsed, parse_evidence
 from k3diag.join.grouping import Member, describe, group_inputs
 from k3diag.join.identity import identity_of
 from k3diag.model.machine import InputRecord, Machine, MachineSet, Note
@@ -35,7 +35,8 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
         merge_parsed(replace(piece, record=trial, note=None), scratch)
         identity = identity_of(scratch, piece.record)
         piece.record.identity = identity
-        members.append(Member(position=position, name=_display(piece.record), identity=identity))
+        members.append(Member(position=position, name=_display(piece.record), identity=identity,
+                              path=piece.record.path))
     groups = group_inputs(members)
     if len(groups) == 1:
         machine = _one_machine(problems, parsed)
@@ -50,13 +51,14 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
             piece.record.machine = number
             piece.record.machine_reason = member.reason
             merge_parsed(piece, machine)
-        fill_derived_links(machine)
+        finish_machine(machine)
         machine.identity = group.identity
-        machine.label = f"machine {number} ({describe(group.identity)})"
+        machine.label = describe(group.identity)
         result.machines.append(machine)
     for record in problems + [piece.record for piece in parsed if not piece.parsed]:
         record.machine = None
-        record.machine_reason = "nothing in it could be read, so it belongs to no machine"
+        record.machine_reason = ("a bundle: each file in it was placed on its own" if record.format == "bundle"
+                                 else "nothing in it could be read, so it belongs to no machine")
         result.unplaced.append(record)
     for piece in parsed:
         if not piece.parsed and piece.note is not None:
@@ -76,7 +78,7 @@ def _one_machine(problems: list[InputRecord], parsed: list[ParsedInput]) -> Mach
     machine.inputs.extend(problems)
     for piece in parsed:
         merge_parsed(piece, machine)
-    fill_derived_links(machine)
+    finish_machine(machine)
     return machine
 
 

@@ -71,6 +71,7 @@ class NcclTestsDevice:
     device: int | None
     bus_id: str | None
     name: str | None
+    source: SourceRef | None = None  # the "Using devices" line
 
     def to_json(self) -> dict:
         return {"rank": self.rank, "host": self.host, "pid": self.pid, "device": self.device,

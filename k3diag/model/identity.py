@@ -20,12 +20,19 @@ class IdentityFact:
 
     value: str
     source: SourceRef | None = None
+    shown: str = ""  # as the input printed it (`NVIDIA L40S`), when `value` is normalized (`l40s`)
+
+    @property
+    def text(self) -> str:
+        return self.shown or self.value
 
     def cite(self) -> str:
-        return self.source.cite() if self.source is not None else self.value
+        where = f" ({self.source.input}:{self.source.line})" if self.source and self.source.line else (
+            f" ({self.source.input})" if self.source else "")
+        return f"{self.text}{where}"
 
     def to_json(self) -> dict:
-        return {"value": self.value, "source": self.source.to_json() if self.source else None}
+        return {"value": self.text, "source": self.source.to_json() if self.source else None}
 
 
 def normalize_gpu_name(name: str) -> str:
@@ -34,6 +41,9 @@ def normalize_gpu_name(name: str) -> str:
     text = re.sub(r"^(nvidia|amd|advanced micro devices,? inc\.?)\s+", "", text)
     text = re.sub(r"[\s_-]+", " ", text)
     return text.strip()
+
+
+GENERIC_HOSTNAMES = frozenset({"localhost", "hostname", "host", "pod-id", "xxx", "redacted", "node", "(none)"})
 
 
 def normalize_hostname(name: str) -> str:
@@ -64,8 +74,9 @@ class InputIdentity:
 
     # -- filling --------------------------------------------------------------------------------
     def add_hostname(self, value: str | None, source: SourceRef | None = None) -> None:
-        if value and value.strip():
-            _add(self.hostnames, normalize_hostname(value), source)
+        # `localhost` and the placeholders people redact host names to name no machine in particular.
+        if value and value.strip() and normalize_hostname(value) not in GENERIC_HOSTNAMES:
+            _add(self.hostnames, normalize_hostname(value), source, value.strip())
 
     def add_uuid(self, value: str | None, source: SourceRef | None = None) -> None:
         if value and value.strip() and value.strip().upper() not in ("N/A", "[N/A]"):
@@ -82,7 +93,7 @@ class InputIdentity:
 
     def add_name(self, value: str | None, source: SourceRef | None = None) -> None:
         if value and value.strip():
-            _add(self.gpu_names, normalize_gpu_name(value), source)
+            _add(self.gpu_names, normalize_gpu_name(value), source, value.strip())
 
     def set_count(self, count: int, source: SourceRef | None = None) -> None:
         if count > 0 and (self.gpu_count is None or int(self.gpu_count.value) < count):
@@ -105,7 +116,7 @@ class InputIdentity:
         for name in ("hostnames", "gpu_uuids", "gpu_serials", "gpu_bus_ids", "gpu_names"):
             mine: list[IdentityFact] = getattr(self, name)
             for fact in getattr(other, name):
-                _add(mine, fact.value, fact.source)
+                _add(mine, fact.value, fact.source, fact.shown)
         self.gpus_seen = max(self.gpus_seen, other.gpus_seen)
         if other.gpu_count is not None:
             self.set_count(int(other.gpu_count.value), other.gpu_count.source)
@@ -126,12 +137,13 @@ class InputIdentity:
 
     def to_json(self) -> dict:
         def facts(items: list[IdentityFact]) -> list[str]:
-            return [fact.value for fact in items]
+            return [fact.text for fact in items]
 
         def one(fact: IdentityFact | None) -> str | None:
-            return fact.value if fact is not None else None
+            return fact.text if fact is not None else None
 
         return {
+            "hostname": self.hostnames[0].text if self.hostnames else None,
             "hostnames": facts(self.hostnames),
             "gpu_uuids": facts(self.gpu_uuids),
             "gpu_serials": facts(self.gpu_serials),
@@ -144,6 +156,6 @@ class InputIdentity:
         }
 
 
-def _add(items: list[IdentityFact], value: str, source: SourceRef | None) -> None:
+def _add(items: list[IdentityFact], value: str, source: SourceRef | None, shown: str = "") -> None:
     if all(fact.value != value for fact in items):
-        items.append(IdentityFact(value, source))
+        items.append(IdentityFact(value, source, shown if shown != value else ""))

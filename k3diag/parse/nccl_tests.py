@@ -203,6 +203,7 @@ def parse(section, input_name: str) -> NcclTestsResult:
                 device=int(match.group("dev")),
                 bus_id=bus_id_from_tests_header(match.group("bus")),
                 name=match.group("name") or None,
+                source=SourceRef(input_name, lineno, raw.rstrip()),
             ))
             continue
         if content.startswith("size") and "busbw" in content:

@@ -92,6 +92,8 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
             idx = int(match.group("idx"))
             bus_id = f"{int(match.group('dom'), 16):04x}:{int(match.group('bus'), 16):02x}:{int(match.group('dev'), 16):02x}.0"
             bench.gpus.append(P2PGpu(idx, match.group("name").strip() or None, bus_id))
+            # the line that names the device: the inventory and the identity check cite it
+            bench.sources.setdefault(f"device:{idx}", SourceRef(input_name, lineno, line))
             continue
         match = _ACCESS_RE.search(line)
         if match:

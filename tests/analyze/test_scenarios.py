@@ -53,7 +53,13 @@ def test_dual_socket_switch_box_from_a_real_paste() -> None:
 
 
 def test_dual_socket_pcie_box_with_shm_fallback_tells_the_chain() -> None:
-    analysis = _analyze(FIXTURES / "bundles" / "bad-8x-pcie-dual-socket")
+    # The bundle holds outputs of three machines (L40S NVML readings, an L20 host's NCCL log, a 2080 Ti
+    # p2pBandwidthLatencyTest): `analyze` reports them apart (tests/join/test_machine_identity.py). Here
+    # the rules' chain is exercised on the evidence joined on purpose, as if it were one machine.
+    from k3diag.inputs import evidence_from_paths
+
+    evidence, problems = evidence_from_paths([FIXTURES / "bundles" / "bad-8x-pcie-dual-socket"])
+    analysis = analyze_machine(build_machine(evidence))
     found = _by_key(analysis)
     shm = [f for f in analysis.findings if f.id == "nccl-same-host-pair-not-p2p" and f.data.get("gpus") == [0, 4]]
     assert shm, [f.key for f in analysis.findings if f.id.startswith("nccl")]

@@ -25,15 +25,20 @@ def test_example_bundle_ships_and_analyzes() -> None:
     gpu2 = report["topology"]["gpus"][2]
     assert (gpu2["pcie"]["width_current"], gpu2["pcie"]["width_max"]) == (8, 16)
     ids = {f["id"] for f in report["findings"]}
-    assert {"pcie-width-below-max", "gpu-pair-sys", "p2p-not-supported", "nccl-same-host-pair-not-p2p"} <= ids
-    # TP2 groups stay behind the PCIe switches (PIX pairs), never across sockets
+    assert {"pcie-width-below-max", "gpu-pair-sys", "p2p-not-supported"} <= ids
+    # TP2 groups stay behind the PCIe switches (PIX pairs), TP4 inside a socket, never across sockets
     assert report["recommendations"]["tp_groups"]["2"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert report["recommendations"]["tp_groups"]["4"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert report["inputs"][0]["format"] == "bundle"
+    # one machine: every file of the example describes the same one
+    assert "machines" not in report
+    assert "inputs-several-machines" not in ids
 
 
 def test_example_terminal_story() -> None:
     result = runner.invoke(app, ["analyze", str(_example())])
     assert result.output.startswith("k3diag analyze")
-    assert "Verdict: Serve with TP2 groups {0,1} {2,3} {4,5} {6,7}" in result.output
+    assert "Verdict: Serve with TP4 groups {0,1,2,3} {4,5,6,7}" in result.output
+    assert "different machines" not in result.output
     assert "GPU2 link runs at x8 of x16" in result.output
     assert "because:" in result.output

@@ -1,0 +1,59 @@
+"""Reports of several machines: JSON with `machines[]`, and the terminal's top section then one section each.
+
+The top-level JSON fields keep their names but describe no joint machine: topology, PCI, NCCL and
+benchmarks are empty there, the findings hold only `inputs-several-machines`, and the verdict says
+that no joint verdict exists. Each `machines[]` entry is a full report of one machine plus
+`identity` and `inputs` (each with `machine` and `machine_reason`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from k3diag.model.machine import Machine, MachineSet
+
+if TYPE_CHECKING:
+    from k3diag.analyze.finding import Finding
+    from k3diag.analyze.pipeline import Analysis
+
+
+def several_verdict(machines: MachineSet) -> dict:
+    return {
+        "level": "unknown",
+        "text": f"These inputs describe {len(machines.machines)} different machines; each has its own verdict "
+                "in machines[], and none joins them.",
+        "best_tp": None,
+    }
+
+
+def build_machines_report(machines: MachineSet, analyses: list["Analysis"], codes: list[int],
+                          finding: "Finding", exit_code: int) -> dict:
+    from k3diag.render.json_report import build_report
+
+    top = Machine(inputs=list(machines.inputs), notes=list(machines.notes))
+    report = build_report(top, [finding], None, several_verdict(machines), exit_code)
+    report["machines"] = []
+    for machine, analysis, code in zip(machines.machines, analyses, codes):
+        entry = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
+        entry["label"] = machine.label
+        entry["identity"] = machine.identity.to_json()
+        report["machines"].append(entry)
+    return report
+
+
+def render_machines(machines: MachineSet, analyses: list["Analysis"], finding: "Finding", title: str) -> None:
+    """The top section (how many machines, which inputs went where and why), then each machine's own report."""
+    from k3diag.render.terminal import make_console, render
+
+    console = make_console()
+    from rich.text import Text
+
+    console.print(Text(title, style="bold"))
+    console.print(Text(finding.title, style="bold yellow"))
+    for line in finding.explanation.split("\n")[1:]:
+        console.print(Text(line))
+    console.print(Text(""))
+    count = len(machines.machines)
+    for number, (machine, analysis) in enumerate(zip(machines.machines, analyses), 1):
+        render(analysis, console, f"Machine {number} of {count}: {machine.label}")
+        console.print(Text(""))
