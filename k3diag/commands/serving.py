@@ -76,6 +76,8 @@ def register(app: typer.Typer) -> None:
             machine_source = ", ".join(str(p) for p in from_paths)
         elif not (machine.gpus or machine.links or machine.nccl or machine.extras.get("serving_engines")):
             machine = None
+        elif machine.gpus or machine.links:
+            machine_source = "the inputs"  # a bundle or topology outputs given with the results
         slo = Slo(tpot_ms=slo_tpot_ms, ttft_ms=slo_ttft_ms, stat=slo_stat.lower())
         from k3diag.advise.serving import estimate_allreduce, predict_layouts
 

@@ -101,3 +101,29 @@ def test_terminal_rendering_uses_tables() -> None:
     render_terminal(report, stream)
     text = stream.getvalue()
     assert "Serving benchmarks by layout" in text and "out tok/s/GPU" in text and "Verdict:" in text
+
+
+def test_results_pasted_with_prompts_crlf_ansi_and_utf16(tmp_path: Path) -> None:
+    tp2 = (SEED / "results" / "tp2-gpus01.jsonl").read_text().splitlines()
+    tp4 = (SEED / "results" / "tp4-gpus0123.jsonl").read_text().splitlines()
+    pasted = ("\x1b[1;32muser@box:~/bench$\x1b[0m cat tp2.jsonl\r\n" + "\r\n".join(tp2) + "\r\nuser@box:~/bench$ \r\n")
+    (tmp_path / "tp2-paste.txt").write_text(pasted, newline="")
+    (tmp_path / "tp4-powershell.txt").write_bytes(("PS C:\\bench> type tp4.jsonl\r\n" + "\r\n".join(tp4) + "\r\n")
+                                                   .encode("utf-16"))
+    code, out, _ = run(str(tmp_path), "--json")
+    data = json.loads(out)
+    assert code == 0, data["reasons"]
+    assert sorted(item["tp"] for item in data["layouts"]) == [2, 2, 2, 4, 4, 4]
+    assert data["best"]["tp"] == 2 and data["ranked_at"] == "concurrency 16 per replica"
+    assert {item["line"] for item in data["layouts"] if item["tp"] == 2} == {2, 3, 4}
+
+
+def test_a_huge_broken_result_is_read_in_bounded_time(tmp_path: Path) -> None:
+    line = json.loads((FIXTURES / "vllm-bench-serve-qwen3vl-8b-1qps.json").read_text())
+    line["ttfts"] = [0.1] * 50_000
+    text = json.dumps(line, indent=2)
+    (tmp_path / "detailed.json").write_text(text[: len(text) // 2])  # cut in the middle of the per-request list
+    code, out, _ = run(str(tmp_path / "detailed.json"), "--json")
+    data = json.loads(out)
+    assert code == 3 and len(data["layouts"]) == 1
+    assert any("cut off" in w for w in data["inputs"][0]["warnings"])

@@ -20,6 +20,7 @@ from k3diag.model.source import SourceRef
 
 # A result file is small; a --save-detailed one holds per-request lists and can reach tens of MB.
 MAX_DOCS = 10_000
+MAX_FAILED_STARTS = 200
 _PAIR_RE = re.compile(
     r'"(?P<key>[^"\\]{1,120})"\s*:\s*(?P<value>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|null|true|false|-?Infinity|NaN|"(?:[^"\\]|\\.){0,400}")'
 )
@@ -57,6 +58,7 @@ def find_docs(text: str, first_line: int = 1) -> tuple[list[Doc], list[str]]:
         position += len(line) + 1
     index = 0
     consumed_to = -1
+    failures = 0
     while index < len(lines):
         if offsets[index] < consumed_to:
             index += 1
@@ -84,6 +86,12 @@ def find_docs(text: str, first_line: int = 1) -> tuple[list[Doc], list[str]]:
                         "from what is there"
                     )
                     break
+            failures += 1
+            if failures >= MAX_FAILED_STARTS:
+                # A big broken document would otherwise be re-decoded from each of its nested lines.
+                warnings.append(f"stopped looking for JSON after {failures} lines that start an object but do not "
+                                "parse (last at line {})".format(first_line + index))
+                break
             index += 1
             continue
         consumed_to = end
