@@ -71,7 +71,7 @@ class RunLayout:
             return "layout unknown"
         parts = []
         if (self.dp or 1) > 1:
-            parts.append(f"{self.dp}x")
+            parts.append(f"{self.dp}x ")
         parts.append(f"TP{self.tp if self.tp is not None else '?'}")
         if (self.pp or 1) > 1:
             parts.append(f" PP{self.pp}")

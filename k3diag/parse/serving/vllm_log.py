@@ -49,10 +49,18 @@ _MARKERS_RE = re.compile(
 
 
 def sniff(text: str) -> float:
-    hits = len(_MARKERS_RE.findall(text[:262144]))
-    if hits >= 2:
+    # Kinds of vLLM line, not lines: an NCCL log with a few vLLM lines interleaved stays the NCCL parser's
+    # (it scores 0.95), a server log with its configuration and workers is this one's (and keeps its NCCL lines).
+    kinds = {_kind(match.group(0)) for match in _MARKERS_RE.finditer(text[:262144])}
+    if len(kinds) >= 2:
         return 0.97
-    return 0.7 if hits == 1 else 0.0
+    return 0.7 if kinds else 0.0
+
+
+def _kind(marker: str) -> str:
+    if marker.startswith("[") or "custom_all_reduce" in marker:
+        return "file:" + marker.strip("[]").split(":")[0]
+    return re.sub(r"\d+", "", marker)
 
 
 @dataclass
