@@ -111,6 +111,10 @@ def merge_query(result: Any, machine: Machine, record: InputRecord) -> None:
             sources.get("width_current") or sources.get("gen_current"),
         )
         gpu.sources.extend(ref for ref in (sources.get("block"), sources.get("width_current")) if ref is not None)
+        if item.fabric is not None:
+            from k3diag.join.merge_fabric import put_gpu_fabric
+
+            put_gpu_fabric(machine, gpu.index, item.fabric, record)
 
 
 def merge_query_csv(result: Any, machine: Machine, record: InputRecord) -> None:

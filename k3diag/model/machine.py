@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3diag.model.bench import Benchmark
+from k3diag.model.fabric import FabricFacts
 from k3diag.model.host import HostInfo
 from k3diag.model.identity import InputIdentity
 from k3diag.model.nccl import NcclRun
@@ -70,6 +71,8 @@ class Machine:
     pci: list[PciDevice] = field(default_factory=list)
     nccl: list[NcclRun] = field(default_factory=list)
     benchmarks: list[Benchmark] = field(default_factory=list)
+    # NVLink per link, NVLink fabric, RDMA ports, GPUDirect prerequisites (k3diag.model.fabric).
+    fabric: FabricFacts = field(default_factory=FabricFacts)
     inputs: list[InputRecord] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     live: bool = False
@@ -171,6 +174,7 @@ class Machine:
         """Whether any input yielded facts; exit code 3 when not."""
         return bool(
             self.gpus or self.links or self.p2p or self.pci or self.nccl or self.benchmarks
+            or not self.fabric.empty
             # A bundle's own record says it was opened, not that anything in it was read.
             or any(inp.format not in ("unknown", "bundle") for inp in self.inputs)
         )

@@ -110,9 +110,39 @@ class Nic:
     numa_node: int | None = None
     bus_id: str | None = None
     sources: list[SourceRef] = field(default_factory=list)
+    # RDMA facts (ibstat, ibv_devinfo, /sys/class/infiniband): the ports are the ones on Machine.fabric.
+    ports: list = field(default_factory=list)  # list[k3diag.model.fabric.IbPort]
+    hca_type: str | None = None  # "MT4129"
+    firmware: str | None = None
+    pcie_width: int | None = None  # the NIC's own link, from sysfs current_link_width
+    pcie_speed: str | None = None  # "32.0 GT/s PCIe"
+    # An HGX B200 NVSwitch management port (mlx5 with VPD SW_MNG) is not a network NIC.
+    management_port: bool | None = None
+    management_source: SourceRef | None = None
+
+    @property
+    def rdma_device(self) -> str:
+        return self.device or self.name
 
     def to_json(self) -> dict:
-        return {"name": self.name, "device": self.device, "numa_node": self.numa_node, "bus_id": self.bus_id}
+        first = self.ports[0] if self.ports else None
+        return {
+            "name": self.name,
+            "device": self.device,
+            "numa_node": self.numa_node,
+            "bus_id": self.bus_id,
+            "state": first.state if first else None,
+            "physical_state": first.physical_state if first else None,
+            "rate_gbps": first.rate_gbps if first else None,
+            "link_layer": first.link_layer if first else None,
+            "active_mtu": first.active_mtu if first else None,
+            "ports": [port.to_json() for port in self.ports],
+            "hca_type": self.hca_type,
+            "firmware": self.firmware,
+            "pcie_width": self.pcie_width,
+            "pcie_speed": self.pcie_speed,
+            "management_port": self.management_port,
+        }
 
 
 @dataclass

@@ -17,7 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from k3diag.model.fabric import GpuFabricState
 from k3diag.model.source import SourceRef
+from k3diag.parse.nvidia_fabric import read_block as read_fabric_block
 from k3diag.parse.nvidia_topo_matrix import bare_command
 from k3diag.parse.text import Section, normalize
 
@@ -51,6 +53,8 @@ class QueryGpu:
     utilization_gpu_percent: int | None = None
     idle_throttle_active: bool | None = None  # Clocks (Throttle|Event) Reasons > Idle
     sources: dict[str, SourceRef] = field(default_factory=dict)  # field name -> line it came from
+    # The NVLink fabric registration (`Fabric` block: State, Status, CliqueId, ClusterUUID, Health), when printed.
+    fabric: GpuFabricState | None = None
 
 
 @dataclass
@@ -159,6 +163,10 @@ def parse(section: Section, input_name: str) -> NvidiaQueryResult:
         gpu = QueryGpu(block_bus_id=_GPU_BLOCK_RE.match(lines[start].strip()).group(1))
         gpu.sources["block"] = ref(start)
         _parse_block(lines, start + 1, end, gpu, ref, result)
+        for index in range(start + 1, end):
+            if lines[index].strip() == "Fabric":
+                gpu.fabric, _ = read_fabric_block(lines, index, section.first_line, input_name)
+                break
         result.gpus.append(gpu)
 
     if not blocks:

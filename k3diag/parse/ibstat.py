@@ -1,0 +1,121 @@
+"""`ibstat` (infiniband-diags): one `CA 'mlx5_0'` block per RDMA device, then its ports.
+
+    CA 'mlx5_0'
+            CA type: MT4129
+            Number of ports: 1
+            Firmware version: 28.39.1002
+            ...
+            Port 1:
+                    State: Active               (Down, Initializing, Armed)
+                    Physical state: LinkUp      (Disabled, Polling, LinkErrorRecovery)
+                    Rate: 200                   (Gb/s; 400 for NDR)
+                    ...
+                    Link layer: Ethernet        (InfiniBand)
+
+Tabs (older rdma-core) or eight spaces; pastes with `ibwarn:` debug lines between blocks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from k3diag.model.fabric import IbPort
+from k3diag.model.source import SourceRef
+from k3diag.parse.text import Section, normalize
+
+FORMAT = "ibstat"
+START_RE = re.compile(r"^CA\s+'[^']+'\s*$")
+_CA_RE = re.compile(r"^\s*CA\s+'(?P<name>[^']+)'\s*$")
+_PORT_RE = re.compile(r"^\s*Port\s+(?P<port>\d+):\s*$")
+_KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<value>.*?)\s*$")
+STATE_WORDS = {"active": "active", "down": "down", "initializing": "init", "init": "init", "armed": "armed",
+               "port_active": "active", "port_down": "down", "port_init": "init", "port_armed": "armed"}
+
+
+@dataclass
+class RdmaDevice:
+    name: str
+    hca_type: str | None = None  # "MT4129"
+    firmware: str | None = None
+    board_id: str | None = None
+    ports: list[IbPort] = field(default_factory=list)
+    source: SourceRef | None = None
+
+
+@dataclass
+class RdmaResult:
+    tool: str
+    devices: list[RdmaDevice] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def port_state(text: str | None) -> str | None:
+    """`Active`, `PORT_ACTIVE (4)`, `4: ACTIVE` -> "active"."""
+    if not text:
+        return None
+    for token in re.findall(r"[A-Za-z_]+", text):
+        word = STATE_WORDS.get(token.lower())
+        if word:
+            return word
+    return "unknown"
+
+
+def sniff(text: str) -> float:
+    head = normalize(text[:200_000])
+    if not re.search(r"(?m)^\s*CA\s+'[^']+'\s*$", head):
+        return 0.0
+    score = 0.5
+    for marker in ("CA type:", "Physical state:", "Link layer:", "Port GUID:"):
+        if marker in head:
+            score += 0.15
+    return min(score, 1.0)
+
+
+def parse(section: Section, input_name: str) -> RdmaResult:
+    result = RdmaResult(tool=FORMAT)
+    lines = normalize(section.text).split("\n")
+    device: RdmaDevice | None = None
+    port: IbPort | None = None
+    for offset, raw in enumerate(lines):
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        ref = SourceRef(input_name, section.first_line + offset, line)
+        ca = _CA_RE.match(line)
+        if ca:
+            device = RdmaDevice(name=ca.group("name"), source=ref)
+            result.devices.append(device)
+            port = None
+            continue
+        if device is None:
+            continue
+        port_match = _PORT_RE.match(line)
+        if port_match:
+            port = IbPort(device=device.name, port=int(port_match.group("port")), origin=FORMAT, source=ref)
+            device.ports.append(port)
+            continue
+        kv = _KV_RE.match(line)
+        if kv is None:
+            continue
+        key, value = kv.group("key").lower(), kv.group("value")
+        if port is None:
+            if key == "ca type":
+                device.hca_type = value or None
+            elif key == "firmware version":
+                device.firmware = value or None
+            continue
+        if key == "state":
+            port.state = port_state(value)
+            port.source = ref
+        elif key == "physical state":
+            port.physical_state = value or None
+        elif key == "rate":
+            port.rate_text = value
+            number = re.match(r"^([\d.]+)", value)
+            port.rate_gbps = float(number.group(1)) if number else None
+        elif key == "link layer":
+            port.link_layer = value or None
+    if not result.devices:
+        result.warnings.append(f"{input_name}: no `CA 'name'` block in this ibstat output")
+    return result
