@@ -25,7 +25,6 @@ from k3diag.model.source import SourceRef
 from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibstat"
-START_RE = re.compile(r"^CA\s+'[^']+'\s*$")
 _CA_RE = re.compile(r"^\s*CA\s+'(?P<name>[^']+)'\s*$")
 _PORT_RE = re.compile(r"^\s*Port\s+(?P<port>\d+):\s*$")
 _KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<value>.*?)\s*$")

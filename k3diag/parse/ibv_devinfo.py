@@ -27,7 +27,6 @@ from k3diag.parse.ibstat import RdmaDevice, RdmaResult, port_state
 from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibv-devinfo"
-START_RE = re.compile(r"^hca_id:\s*\S+\s*$")
 _HCA_RE = re.compile(r"^\s*hca_id:\s*(?P<name>\S+)\s*$")
 _PORT_RE = re.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
 _KV_RE = re.compile(r"^\s*(?P<key>[a-z_]+)\s*:\s*(?P<value>.*?)\s*$")

@@ -39,10 +39,11 @@ def build_report(
         "notes": [note.to_json() for note in machine.notes],
         "topology": {
             "gpus": [gpu.to_json() for gpu in machine.sorted_gpus()],
-            "nics": [nic.to_json() for nic in sorted(machine.nics.values(), key=lambda n: n.name)],
+            "nics": _nics(machine),
             "links": [link.to_json() for link in machine.links],
             "p2p": [status.to_json() for status in machine.p2p],
         },
+        "fabric": _fabric(machine),
         "pci": [device.to_json() for device in machine.pci],
         "pcie_paths": _pcie_paths(machine),
         "platform": _platform(machine),
@@ -65,6 +66,43 @@ def _serving(machine: Machine) -> dict | None:
     if not any(extras.get(key) for key in keys.values()):
         return None
     return {name: [item.to_json() for item in extras.get(key, [])] for name, key in keys.items()}
+
+
+def _gdr(machine: Machine):
+    try:
+        from k3diag.analyze.gdr import gdr_report
+
+        return gdr_report(machine)
+    except Exception:  # the findings say what went wrong; the JSON leaves GDR unknown
+        return None
+
+
+def _nics(machine: Machine) -> list[dict]:
+    report = _gdr(machine)
+    out = []
+    for nic in sorted(machine.nics.values(), key=lambda n: n.name):
+        entry = nic.to_json()
+        if report is not None and not nic.management_port:
+            mine = [pair for pair in report.pairs if pair.nic == nic.name]
+            entry["gdr"] = {
+                "possible": report.possible,
+                "level": report.level,
+                "eligible_gpus": sorted(pair.gpu for pair in mine if pair.eligible),
+                "nearest_gpus": sorted(pair.gpu for pair in mine if pair.best),
+            }
+        else:
+            entry["gdr"] = None
+        out.append(entry)
+    return out
+
+
+def _fabric(machine: Machine) -> dict | None:
+    report = _gdr(machine)
+    if machine.fabric.empty and report is None:
+        return None
+    data = machine.fabric.to_json()
+    data["gdr"] = report.to_json() if report is not None else []
+    return data
 
 
 def dumps(report: dict) -> str:

@@ -19,6 +19,8 @@ RULE_MODULES: tuple[str, ...] = (
     "k3diag.analyze.rules.pcie",
     "k3diag.analyze.rules.platform",
     "k3diag.analyze.rules.amd",
+    "k3diag.analyze.rules.fabric",
+    "k3diag.analyze.rules.nic",
     "k3diag.analyze.rules.nccl",
     "k3diag.analyze.rules.benchmarks",
     "k3diag.analyze.rules.probe",
