@@ -41,10 +41,10 @@ def _h100_nvl(active: int, listed: int = 18) -> Machine:
 def test_h100_nvl_uses_twelve_links_by_design() -> None:
     findings = run_rules(_h100_nvl(active=12))
     assert not _by_id(findings, "nvlink-inactive")
-    by_design = _by_id(findings, "nvlink-partial-by-design")
-    assert [f.subjects for f in by_design] == [["GPU0"], ["GPU1"]]
-    assert by_design[0].severity == "info"
-    assert "12 of 18" in by_design[0].title
+    [by_design] = _by_id(findings, "nvlink-partial-by-design")
+    assert by_design.subjects == ["GPU0", "GPU1"]
+    assert (by_design.severity, by_design.kind) == ("info", "design")
+    assert by_design.title == "GPU0, GPU1 (NVIDIA H100 NVL) use 12 of 18 NVLinks, as this SKU is built"
 
 
 def test_h100_nvl_with_fewer_than_twelve_is_a_fault() -> None:

@@ -78,11 +78,13 @@ def test_gpus_far_from_every_nic() -> None:
     machine = machine_from("nvidia/topo-m-8x4090-dual-socket-sys-tabs.txt")
     machine.fabric.peer_memory.nvidia_peermem = "2.19.3"
     findings = run_rules(machine)
-    far = {f.subjects[0]: f for f in _by_id(findings, "gpu-no-gdr-nic")}
-    assert sorted(far) == [f"GPU{i}" for i in range(8)]
-    assert far["GPU6"].title == "GPU6 has no NIC within GPUDirect RDMA reach; its nearest is NIC0 over PHB"
-    assert far["GPU0"].title.endswith("over SYS")
-    assert far["GPU6"].evidence[0].text.startswith("GPU6")
+    [far] = _by_id(findings, "gpu-no-gdr-nic")
+    assert far.subjects == [f"GPU{i}" for i in range(8)]
+    # How the box is built: advice, not a warning (the 8x 4090 box exits 0).
+    assert (far.severity, far.kind) == ("info", "design")
+    assert far.title.endswith("have no NIC within GPUDirect RDMA reach (nearest over SYS/PHB)")
+    assert "GPU6 -> NIC0 over PHB" in far.explanation and "GPU0 -> NIC0 over SYS" in far.explanation
+    assert far.evidence[0].text.startswith("GPU0")
 
 
 def test_gdr_not_possible_without_peer_memory() -> None:

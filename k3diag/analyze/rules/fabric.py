@@ -70,6 +70,7 @@ def check_nvlink_inactive(machine: Machine, earlier: list[Finding]) -> Iterable[
                     "GPUs are up and this one stays down, reset it (`nvidia-smi -r -i N`) or open a hardware ticket."),
         )
     counts: dict[int, tuple[int, int]] = {}
+    by_design: list[tuple[int, str, int, int, int, list[NvLinkReading]]] = []
     for gpu, readings in sorted(by_gpu.items()):
         active = [r for r in readings if r.active]
         inactive = [r for r in readings if r.active is False]
@@ -79,19 +80,7 @@ def check_nvlink_inactive(machine: Machine, earlier: list[Finding]) -> Iterable[
         name = _gpu_name(machine, gpu)
         expected = _expected_active(name, len(readings))
         if expected is not None and len(active) >= expected:
-            yield Finding(
-                id="nvlink-partial-by-design",
-                severity="info",
-                subjects=[f"GPU{gpu}"],
-                title=f"GPU{gpu} ({name}) uses {len(active)} of {len(readings)} NVLinks, as this SKU is built",
-                explanation=(
-                    f"{name} cards are joined in pairs by NVLink bridges that carry {expected} links; the other "
-                    f"{len(readings) - expected} show as inactive by design. Expect pair bandwidth from {expected} "
-                    "links, and no NVLink beyond the pair."
-                ),
-                evidence=_refs(inactive, 3),
-                data={"active": len(active), "listed": len(readings), "expected": expected},
-            )
+            by_design.append((gpu, name, len(active), len(readings), expected, inactive))
             continue
         links = ", ".join(str(r.link) for r in inactive)
         yield Finding(
@@ -111,6 +100,23 @@ def check_nvlink_inactive(machine: Machine, earlier: list[Finding]) -> Iterable[
                     "restart Fabric Manager on NVSwitch boards; if the link stays down, open a hardware ticket (a "
                     "bridge or baseboard fault). Until then keep this GPU out of the largest TP group."),
             data={"inactive": [r.link for r in inactive], "active": len(active), "listed": len(readings)},
+        )
+    if by_design:
+        gpu, name, active_n, listed, expected, inactive = by_design[0]
+        gpus = [f"GPU{item[0]}" for item in by_design]
+        yield Finding(
+            id="nvlink-partial-by-design",
+            severity="info",
+            subjects=gpus,
+            title=f"{', '.join(gpus)} ({name}) use {active_n} of {listed} NVLinks, as this SKU is built",
+            explanation=(
+                f"{name} cards are joined in pairs by NVLink bridges that carry {expected} links; the other "
+                f"{listed - expected} show as inactive by design. Expect pair bandwidth from {expected} links, and "
+                "no NVLink beyond the pair."
+            ),
+            evidence=[ref for item in by_design[:2] for ref in _refs(item[5], 2)],
+            data={"gpus": [item[0] for item in by_design], "active": active_n, "listed": listed,
+                  "expected": expected},
         )
     # Fewer links up than the same GPU model's peers, even where the listing itself shows no <inactive>
     # (a cut output, or a driver that lists only the links it trained).
@@ -241,7 +247,7 @@ _FM_EVENT_TEXT = {
     "topology-mismatch": ("fail", "an NVSwitch count that matches no supported topology",
                           "Fabric Manager aborted: it found a different number of NVSwitches than any supported "
                           "board has, so a switch is missing (hardware, firmware, or a VM passing through only some)."),
-    "nothing-to-do": ("info", "NV_WARN_NOTHING_TO_DO (no NVSwitch to manage)",
+    "nothing-to-do": ("fail", "NV_WARN_NOTHING_TO_DO (no NVSwitch to manage)",
                       "Fabric Manager found no NVSwitch to manage. That is normal on boards without NVSwitches; on "
                       "HGX B200 it means the NVLink subnet manager (NVLSM) or the mlx5 management ports are missing."),
 }
@@ -254,8 +260,9 @@ def check_nvswitch_errors(machine: Machine, earlier: list[Finding]) -> Iterable[
             by_kind.setdefault(event.kind, []).append(event)
     for kind, events in by_kind.items():
         severity, what, why = _FM_EVENT_TEXT[kind]
-        if kind == "nothing-to-do" and any(re.search(r"B200|B100|B300", g.name or "") for g in machine.gpus.values()):
-            severity = "fail"
+        if kind == "nothing-to-do" and not any(re.search(r"B200|B100|B300", g.name or "")
+                                               for g in machine.gpus.values()):
+            severity = "info"  # no NVSwitch to manage is normal off Blackwell NVSwitch boards
         details = sorted({e.detail for e in events if e.detail})
         yield Finding(
             id=f"fabric-manager-{kind}",
@@ -351,20 +358,21 @@ def _only(finding_id: str, check):
 
 RULES = (
     Rule("nvlink-all-inactive", "fail", "Every NVLink of a GPU is inactive",
-         _only("nvlink-all-inactive", check_nvlink_inactive)),
-    Rule("nvlink-inactive", "fail", "NVLinks of a GPU are inactive", _only("nvlink-inactive", check_nvlink_inactive)),
+         _only("nvlink-all-inactive", check_nvlink_inactive), kind="fault"),
+    Rule("nvlink-inactive", "fail", "NVLinks of a GPU are inactive", _only("nvlink-inactive", check_nvlink_inactive), kind="fault"),
     Rule("nvlink-partial-by-design", "info", "A GPU uses fewer NVLinks than it lists, as its SKU is built",
-         _only("nvlink-partial-by-design", check_nvlink_inactive)),
+         _only("nvlink-partial-by-design", check_nvlink_inactive), kind="design"),
     Rule("nvlink-fewer-than-peers", "warn", "A GPU has fewer NVLinks up than GPUs of its model",
-         _only("nvlink-fewer-than-peers", check_nvlink_inactive)),
+         _only("nvlink-fewer-than-peers", check_nvlink_inactive), kind="fault"),
     Rule("fabric-manager-not-running", "fail", "The NVLink fabric is not ready (Fabric Manager, CUDA error 802)",
-         check_fabric_not_ready),
+         check_fabric_not_ready, kind="fault"),
     Rule("fabric-manager-version-mismatch", "fail", "Fabric Manager and driver versions differ",
-         check_fm_version_mismatch),
+         check_fm_version_mismatch, kind="misconfiguration"),
     *(Rule(f"fabric-manager-{kind}", severity, f"Fabric Manager reports {what.split(' (')[0]}",
-           _only(f"fabric-manager-{kind}", check_nvswitch_errors))
+           _only(f"fabric-manager-{kind}", check_nvswitch_errors),
+           kind="misconfiguration" if kind == "nothing-to-do" else "fault")
       for kind, (severity, what, _) in _FM_EVENT_TEXT.items()),
     Rule("gpu-fabric-degraded", "fail", "A GPU's fabric registration completed with an error or no clique",
-         check_gpu_fabric_state),
-    Rule("imex-channel-missing", "fail", "No IMEX channel for fabric memory", check_imex_channel),
+         check_gpu_fabric_state, kind="fault"),
+    Rule("imex-channel-missing", "fail", "No IMEX channel for fabric memory", check_imex_channel, kind="misconfiguration"),
 )

@@ -183,6 +183,7 @@ def check_gdr(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
                     "NCCL 2.13+; in Kubernetes enable the GPU Operator's `driver.rdma.enabled`."),
         )
     mapping: list[str] = []
+    far: list = []
     for gpu in gpus:
         best = report.best_for(gpu)
         eligible = [p for p in report.pairs if p.gpu == gpu and p.eligible]
@@ -197,23 +198,28 @@ def check_gdr(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
             mapping.append(f"GPU{gpu} -> {best.device} ({best.path}, no GDR)")
         if eligible or best.eligible is None or report.possible is False:
             continue
-        far = best.path in ("SYS", "SOC")
+        far.append(best)
+    if far:
+        paths = sorted({pair.path or "" for pair in far}, key=lambda p: (p not in ("SYS", "SOC"), p))
+        listing = "; ".join(f"GPU{pair.gpu} -> {pair.device} over {pair.path}" for pair in far)
+        subjects = [f"GPU{pair.gpu}" for pair in far]
         yield Finding(
             id="gpu-no-gdr-nic",
-            severity="warn",
-            subjects=[f"GPU{gpu}"],
-            title=f"GPU{gpu} has no NIC within GPUDirect RDMA reach; its nearest is {best.device} over {best.path}",
+            severity="info",
+            subjects=subjects,
+            title=(f"{', '.join(subjects[:6])}{', ...' if len(subjects) > 6 else ''} "
+                   f"{'has' if len(far) == 1 else 'have'} no NIC within GPUDirect RDMA reach (nearest over "
+                   f"{'/'.join(paths)})"),
             explanation=(f"NCCL uses GPUDirect RDMA only over paths no worse than NCCL_NET_GDR_LEVEL ({report.level}, "
-                         f"{report.level_source}); GPU{gpu}'s nearest NIC, {best.device}, is {best.path} away "
-                         + ("(across the CPU sockets)" if far else "(through the CPU's host bridge)")
-                         + ". Its multi-node traffic is staged through host memory, or relayed by another GPU with "
-                         "PXN, at lower bandwidth than its peers that sit next to a NIC."),
-            evidence=[best.source] if best.source is not None else [],
-            confirm_with="nvidia-smi topo -m   # GPU row, NIC columns",
-            remedy=("Put a NIC under the same PCIe switch as this GPU (rail-optimized layout), or accept PHB with "
-                    "`NCCL_NET_GDR_LEVEL=PHB` after measuring (it helps on some CPUs, hurts on others); keep this "
-                    "GPU's ranks to single-node work otherwise."),
-            data={"nearest": best.to_json(), "level": report.level},
+                         f"{report.level_source}). Nearest NICs: {listing}. Traffic of these GPUs to other nodes is "
+                         "staged through host memory, or relayed by a GPU next to a NIC (PXN), at lower bandwidth "
+                         "than from a GPU under the NIC's PCIe switch. This is how the machine is built: keep "
+                         "multi-node ranks on GPUs next to a NIC, or accept the cost."),
+            evidence=[pair.source for pair in far if pair.source is not None][:6],
+            confirm_with="nvidia-smi topo -m   # GPU rows, NIC columns",
+            remedy=("Put a NIC under the same PCIe switch as each GPU (rail-optimized layout), or measure "
+                    "`NCCL_NET_GDR_LEVEL=PHB` (it helps on some CPUs, hurts on others)."),
+            data={"nearest": [pair.to_json() for pair in far], "level": report.level},
         )
     yield Finding(
         id="gdr-nic-map",
@@ -241,15 +247,15 @@ def _only(finding_id: str, check):
 
 
 RULES = (
-    Rule("nic-management-port", "info", "NVSwitch management ports are not network NICs", check_management_ports),
-    Rule("ib-port-down", "fail", "An RDMA port is down", check_port_down),
-    Rule("ib-port-rate-below-peers", "warn", "An RDMA port is slower than its peers", check_rate_below_peers),
+    Rule("nic-management-port", "info", "NVSwitch management ports are not network NICs", check_management_ports, kind="info"),
+    Rule("ib-port-down", "fail", "An RDMA port is down", check_port_down, kind="fault"),
+    Rule("ib-port-rate-below-peers", "warn", "An RDMA port is slower than its peers", check_rate_below_peers, kind="fault"),
     Rule("ib-link-layer-mixed", "warn", "Active RDMA ports mix InfiniBand and Ethernet",
-         _only("ib-link-layer-mixed", check_mtu_link_layer)),
-    Rule("ib-mtu-mismatch", "warn", "Active RDMA ports disagree on MTU", _only("ib-mtu-mismatch", check_mtu_link_layer)),
+         _only("ib-link-layer-mixed", check_mtu_link_layer), kind="misconfiguration"),
+    Rule("ib-mtu-mismatch", "warn", "Active RDMA ports disagree on MTU", _only("ib-mtu-mismatch", check_mtu_link_layer), kind="misconfiguration"),
     Rule("gdr-not-possible", "fail", "GPUDirect RDMA impossible: no peer-memory module or DMA-BUF",
-         _only("gdr-not-possible", check_gdr)),
-    Rule("gpu-no-gdr-nic", "warn", "A GPU has no NIC within GPUDirect RDMA reach", _only("gpu-no-gdr-nic", check_gdr)),
+         _only("gdr-not-possible", check_gdr), kind="misconfiguration"),
+    Rule("gpu-no-gdr-nic", "info", "A GPU has no NIC within GPUDirect RDMA reach", _only("gpu-no-gdr-nic", check_gdr), kind="design"),
     Rule("gdr-nic-map", "info", "The NIC each GPU should use, and whether GPUDirect RDMA applies",
-         _only("gdr-nic-map", check_gdr)),
+         _only("gdr-nic-map", check_gdr), kind="info"),
 )
