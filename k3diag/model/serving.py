@@ -133,6 +133,12 @@ class ServingRun:
         return self.output_tok_per_s / gpus
 
     @property
+    def output_tok_per_s_per_request(self) -> float | None:
+        """What one user sees once tokens flow: 1000 / median TPOT (the mean when no median was recorded)."""
+        tpot = self.tpot.p50 if self.tpot.p50 is not None else self.tpot.mean
+        return 1000.0 / tpot if tpot else None
+
+    @property
     def request_per_s_per_gpu(self) -> float | None:
         gpus = self.layout.gpu_count
         if self.request_per_s is None or not gpus:
@@ -167,6 +173,7 @@ class ServingRun:
                 "output_tok_per_s": _num(self.output_tok_per_s),
                 "output_tok_per_s_per_gpu": _num(self.output_tok_per_s_per_gpu),
                 "total_tok_per_s": _num(self.total_tok_per_s),
+                "output_tok_per_s_per_request": _num(self.output_tok_per_s_per_request),
             },
             "ttft_ms": self.ttft.to_json(),
             "tpot_ms": self.tpot.to_json(),

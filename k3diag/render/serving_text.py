@@ -49,6 +49,7 @@ def throughput_rows(report: ServingReport) -> list[list[str]]:
             _num(run.request_per_s_per_gpu, 2),
             _num(run.output_tok_per_s),
             _num(run.output_tok_per_s_per_gpu),
+            _num(run.output_tok_per_s_per_request),
             mark,
         ])
     return rows
@@ -60,7 +61,8 @@ def latency_rows(report: ServingReport) -> list[list[str]]:
             for run in report.sorted_runs()]
 
 
-THROUGHPUT_HEAD = ["layout", "layout from", "load", "req/s", "req/s/GPU", "out tok/s", "out tok/s/GPU", ""]
+THROUGHPUT_HEAD = ["layout", "layout from", "load", "req/s", "req/s/GPU", "out tok/s", "out tok/s/GPU",
+                   "tok/s/user", ""]
 LATENCY_HEAD = ["layout", "load", "TTFT ms p50/p95/p99", "TPOT ms p50/p95/p99", "ITL ms p50/p95/p99",
                 "E2E ms p50/p95/p99"]
 
@@ -162,7 +164,7 @@ def render_terminal(report: ServingReport, stream: IO[str]) -> None:
     if report.runs:
         table = Table(title="Serving benchmarks by layout", title_justify="left")
         for head in THROUGHPUT_HEAD:
-            table.add_column(head, justify="right" if head.startswith(("req", "out")) else "left")
+            table.add_column(head, justify="right" if head.startswith(("req", "out", "tok")) else "left")
         for row in throughput_rows(report):
             style = "bold green" if row[-1] == "BEST" else ("yellow" if row[-1] else "")
             table.add_row(*[Text(c) for c in row], style=style)

@@ -236,9 +236,10 @@ def flat_latency(doc: dict, metric: str, names: tuple[str, ...] | None = None) -
     return latency
 
 
-def percentile(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float, presorted: bool = False) -> float | None:
     """Linear-interpolated percentile (numpy's default), for results that kept per-request values."""
-    clean = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    clean = values if presorted else sorted(
+        v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
     if not clean:
         return None
     if len(clean) == 1:
@@ -250,11 +251,13 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def latency_from_values(values: list[float], scale: float, note: str) -> Latency:
-    clean = [v * scale for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    clean = sorted(v * scale for v in values
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
     if not clean:
         return Latency()
-    return Latency(mean=sum(clean) / len(clean), p50=percentile(clean, 50), p90=percentile(clean, 90),
-                   p95=percentile(clean, 95), p99=percentile(clean, 99), note=note)
+    return Latency(mean=math.fsum(clean) / len(clean), p50=percentile(clean, 50, True),
+                   p90=percentile(clean, 90, True), p95=percentile(clean, 95, True), p99=percentile(clean, 99, True),
+                   note=note)
 
 
 def fill_missing(latency: Latency, computed: Latency) -> Latency:
