@@ -23,11 +23,18 @@ def register(app: typer.Typer) -> None:
         differs is named with what differs and the evidence line. The drain list is a folded host list.
 
         Exit codes: 0 every node passes and none differs, 1 warnings, unknown nodes or outliers, 2 a node
-        fails, 3 no input could be read, 64 a usage error.
+        fails, 3 no input could be read, 64 a usage error (a path that does not exist).
         """
         import sys
 
-        from k3diag.exit_codes import EXIT_FAIL, EXIT_UNKNOWN
+        from k3diag.exit_codes import EXIT_FAIL, EXIT_UNKNOWN, EXIT_USAGE
+
+        missing = [str(path) for path in paths if not path.exists() and not path.is_symlink()]
+        if missing:
+            # As `analyze` does: a mistyped path is a usage error, not a node that could not be read.
+            typer.echo(f"k3diag fleet: {missing[0]} does not exist; check the path"
+                       + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), err=True)
+            raise typer.Exit(EXIT_USAGE)
         from k3diag.fleet.aggregate import aggregate
         from k3diag.fleet.load import discover, iter_shapes
 

@@ -92,10 +92,16 @@ def test_no_majority_blames_nobody(tmp_path: Path, node_maker) -> None:
 
 def test_nothing_readable_exits_3_with_a_sentence(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello\n")
-    result = fleet(str(tmp_path / "notes.txt"), str(tmp_path / "missing"))
+    result = fleet(str(tmp_path / "notes.txt"))
     assert result.exit_code == 3
-    assert "does not exist; check the path" in result.stdout
+    assert f"{tmp_path / 'notes.txt'} is not JSON" in result.stdout
     assert "no node report could be read" in result.stderr
+
+
+def test_a_path_that_does_not_exist_is_a_usage_error(tmp_path: Path, fleet_dir: Path) -> None:
+    result = fleet(str(fleet_dir), str(tmp_path / "missing"))
+    assert result.exit_code == 64
+    assert result.stderr == f"k3diag fleet: {tmp_path / 'missing'} does not exist; check the path\n"
 
 
 def test_many_reports_through_the_process_pool(tmp_path: Path) -> None:
