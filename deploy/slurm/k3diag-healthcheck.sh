@@ -32,10 +32,10 @@ set -- check --slurm-drain --format nhc --fail-on fail --deadline "$K3DIAG_DEADL
 [ -d "$K3DIAG_PROM_DIR" ] && set -- "$@" --prom-file "$K3DIAG_PROM_DIR/k3diag.prom"
 
 # `timeout` backs up k3diag's own deadline: whatever happens, slurmd never has to kill this script.
+# One log line per run, written at once (the check's stdout and stderr folded into it).
 # shellcheck disable=SC2086
-{
-    printf '%s k3diag-healthcheck %s: ' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${SLURMD_NODENAME:-$(hostname -s)}"
-    timeout -k 5 $((K3DIAG_DEADLINE + 15)) $K3DIAG "$@" $K3DIAG_ARGS 2>&1 | tr '\n' ' '
-    echo
-} >>"$K3DIAG_LOG" 2>&1
+out=$(timeout -k 5 $((K3DIAG_DEADLINE + 15)) $K3DIAG "$@" $K3DIAG_ARGS 2>&1)
+status=$?
+printf '%s k3diag-healthcheck %s: exit %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    "${SLURMD_NODENAME:-$(hostname -s)}" "$status" "$(printf '%s' "$out" | tr '\n' ' ')" >>"$K3DIAG_LOG" 2>&1
 exit 0
