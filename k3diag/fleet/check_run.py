@@ -91,7 +91,10 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
     else:
         from k3diag.inputs import load_live_machine
 
-        machine, evidence = load_live_machine(root=request.root, timeout_s=command_timeout, progress=step)
+        # The collection's own deadline (the runner's): commands asked for after it are not started, so
+        # the usual slow host ends with evidence saying what was skipped rather than with the hard kill.
+        machine, evidence = load_live_machine(root=request.root, timeout_s=command_timeout, progress=step,
+                                              deadline_s=max(1.0, left))
         source = "live host"
         if request.nccl_tests is not None or request.p2p_test is not None:
             from k3diag.collect.benchmarks import run_benchmarks
@@ -111,51 +114,49 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
     findings = list(analysis.findings)
     if spec is not None:
         findings.extend(spec_findings(spec, machine))
+    short = _note_deadline_stops(machine, request.deadline_s)
     code = exit_code_for(machine, findings, request.fail_on)
     report = build_report(machine, findings, analysis.recommendation, analysis.verdict.to_json(), code)
+    if short and code == EXIT_UNKNOWN and isinstance(report.get("verdict"), dict):
+        # Nothing could be judged because the deadline cut the collection short: that, not the "no GPU"
+        # that follows from it, is what the node's operator must read first.
+        report["verdict"]["text"] = short
     report["shape"] = shape_from_report(report, source, evidence_from_machine(machine))
     if request.node:
         report["shape"]["node"] = request.node
     return {"report": report, "exit_code": code}
 
 
-def _children_of(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (Linux /proc): the commands this check is waiting on."""
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
+def _note_deadline_stops(machine: Any, deadline_s: float) -> str | None:
+    """One note saying which command the collection's deadline stopped and how many it skipped; returns
+    the short form (`stopped at the 30 s deadline while running `nvidia-smi -q``), or None."""
+    import re
 
-
-def _on_deadline(signum: int, frame: Any) -> None:
-    """The parent's SIGTERM at the deadline: stop the commands still running (each runs in its own session,
-    out of reach of a kill of this process group), then go."""
-    for pid in _children_of(os.getpid()):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    os._exit(EXIT_UNKNOWN)
+    stopped, skipped = None, 0
+    for note in machine.notes:
+        if "the collection's deadline" not in note.message:
+            continue
+        command = re.search(r"`([^`]+)`", note.message)
+        if "was not run" in note.message:
+            skipped += 1
+        elif stopped is None and command:
+            stopped = command.group(1)
+    if stopped is None and not skipped:
+        return None
+    what = f"`{stopped}` was stopped" if stopped else "commands were skipped"
+    more = f" and {skipped} more command(s) were not run" if stopped and skipped else (
+        f" ({skipped})" if not stopped else "")
+    machine.note("check", f"k3diag check reached its {deadline_s:g} s deadline: {what}{more}; a GPU that fell off "
+                          "the bus or a hung driver makes such commands hang: check `dmesg | grep -i xid` and run "
+                          "`k3diag collect -o node.tar.gz --timeout 60` to see which one")
+    return (f"stopped at the {deadline_s:g} s deadline while running `{stopped}`" if stopped
+            else f"stopped at the {deadline_s:g} s deadline: {skipped} command(s) not run")
 
 
 def _child(request: CheckRequest, conn: Any, started: float) -> None:
+    from k3diag.collect.runner import Terminated, terminate_on_sigterm
+
     os.setpgrp()  # the parent kills this group at the deadline, whatever it spawned in it
-    signal.signal(signal.SIGTERM, _on_deadline)
 
     def step(message: str) -> None:
         try:
@@ -164,8 +165,13 @@ def _child(request: CheckRequest, conn: Any, started: float) -> None:
             pass
 
     try:
-        outcome = perform_check(request, step, started)
+        # The parent's SIGTERM at the deadline raises inside the running command, whose cleanup stops it
+        # and every process it started (also those that left its group), before this process goes.
+        with terminate_on_sigterm():
+            outcome = perform_check(request, step, started)
         conn.send(("done", json.dumps(outcome, default=str)))
+    except Terminated:
+        os._exit(EXIT_UNKNOWN)
     except BaseException as exc:  # the parent turns it into one sentence
         kind = "spec" if type(exc).__name__ == "SpecError" else "error"
         try:
@@ -271,7 +277,7 @@ def _kill(process: Any) -> None:
         return
     try:
         os.kill(pid, signal.SIGTERM)  # lets the child stop the commands it started
-        process.join(timeout=1.0)
+        process.join(timeout=1.5)
     except OSError:
         pass
     try:
