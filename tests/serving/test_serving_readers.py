@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -193,3 +194,23 @@ def test_readers_never_raise_on_hostile_input() -> None:
         for text in ("", "{", '{"request_throughput": ', "[" * 5000, '{"results_ttft_s_mean": "x"}', "\x00\x01"):
             result = module.parse(_section("", text), "bad.json")
             assert isinstance(result.warnings, list)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = st.sampled_from(['{', '}', '[', ']', '"request_throughput": ', '"output_throughput": 1.5', ', ', '\n',
+                           '"mean_e2e_latency_ms": 3', '"world_info": {"tp_size": 2}', 'Infinity', 'NaN', '"x"',
+                           '"0->1": false', '"results_ttft_s_mean": 0.2', '"unit": "ms", "avg": 1', 'null', '1e309',
+                           '"tp": "4", "gpus": "0-3"', '"time_to_first_token": {'])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_PIECES, max_size=40).map("".join))
+def test_fragments_of_result_files_never_raise(text: str) -> None:
+    for module in (vllm_bench, sglang_bench, trtllm_bench, aiperf, llmperf, vllm_log, p2p_cache):
+        module.sniff(text)
+        result = module.parse(_section("", text), "fuzz.json")
+        assert all(isinstance(w, str) for w in result.warnings)
+        for run in getattr(result, "runs", []):
+            json.dumps(run.to_json(), allow_nan=False)  # the JSON report never carries NaN or Infinity
