@@ -21,7 +21,8 @@ _NEAR_PATHS = {"PIX", "PXB", "PSB", "PHB", "NODE"}  # all stay inside one NUMA n
 
 
 def merge_topo_matrix(result: Any, machine: Machine, record: InputRecord) -> None:
-    origin = "nvidia-smi-topo-matrix"
+    # `topo -mp` hides NVLink: its paths say nothing about whether an NVLink joins a pair.
+    origin = "nvidia-smi-topo-mp" if getattr(result, "pcie_only", None) else "nvidia-smi-topo-matrix"
     for name, row in result.rows.items():
         index = row.gpu_index
         if index is not None:

@@ -76,6 +76,9 @@ class TopoMatrixResult:
     nic_legend: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
     legend: dict[str, str] = field(default_factory=dict)  # code -> meaning as printed
     legend_style: str | None = None  # "bridges" (current) | "switches" | "old" | None when absent
+    # `nvidia-smi topo -mp` prints PCIe paths only and hides NVLink by design: True when the command says
+    # so or a current legend has no `NV#` line (topo -m always prints it), None when nothing tells.
+    pcie_only: bool | None = None
     header_source: SourceRef | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -233,7 +236,25 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
         index += 1
     _parse_legends(lines, index, result, ref)
     _check_completeness(result)
+    result.pcie_only = _pcie_only(section.command, lines, result)
     return result
+
+
+_MP_COMMAND_RE = re.compile(r"\btopo\s+(?:-mp\b|--matrix_pci\b|-m\s+-p\b)")
+
+
+def _pcie_only(command: str | None, lines: list[str], result: TopoMatrixResult) -> bool | None:
+    said = command or bare_command(lines) or ""
+    if _MP_COMMAND_RE.search(said) or any(_MP_COMMAND_RE.search(line) for line in lines[:3]):
+        return True
+    if re.search(r"\btopo\s+(?:-m|--matrix)\b", said):
+        return False
+    if any(code.startswith("NV") for code in result.legend) or any(
+            (cell.value or "").startswith("NV") for cell in result.cells):
+        return False
+    if result.legend_style == "bridges" and "PIX" in result.legend:
+        return True
+    return None
 
 
 def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, first_line: int) -> None:

@@ -288,11 +288,11 @@ def test_sizes_that_do_not_divide_leave_gpus_over_and_impossible_sizes_are_skipp
     assert rec.to_json()["leftover"]["3"] == rec.leftover[3]
 
 
-def test_default_sizes_are_powers_of_two_dividing_the_count_and_the_count() -> None:
+def test_default_sizes_are_powers_of_two_dividing_the_count_or_leaving_replicas() -> None:
     assert default_sizes(8) == [2, 4, 8]
-    assert default_sizes(6) == [2, 6]
-    assert default_sizes(72) == [2, 4, 8, 72]
-    assert default_sizes(3) == [3]
+    assert default_sizes(6) == [2, 4]  # TP4 plus two GPUs for DP; TP6 divides no power-of-two head count
+    assert default_sizes(72) == [2, 4, 8]  # an NVL72 domain is not one TP group
+    assert default_sizes(3) == [2]  # 3x H100 NVL: TP2 on the NVLink pair, the third GPU a replica
 
 
 def test_amd_gpus_get_hip_visible_devices() -> None:
@@ -459,7 +459,8 @@ def test_tree_topology_72_gpus_is_solved_exactly() -> None:
     assert rec is not None
     assert rec.exact[2] and rec.method[2] == "tree"
     assert rec.groups[2] == [[2 * k, 2 * k + 1] for k in range(36)]
-    assert rec.worst_link == {2: "NV18", 4: "NV18", 8: "NV18", 72: "NV18"}
+    assert rec.worst_link == {2: "NV18", 4: "NV18", 8: "NV18"}
+    assert rec.uniform == "NV18" and "GPU0" not in rec.rationale[8]  # a uniform box gets no pair talk
 
 
 def test_worst_score_is_infinite_only_without_groups() -> None:

@@ -36,7 +36,7 @@ def test_seed_four_gpu_box_pairs_near_gpus() -> None:
     assert recommendation.worst_link[2] == "PIX" and recommendation.worst_link[4] == "SYS"
     assert "SYS" in recommendation.comparison and "TP2" in recommendation.comparison
     assert analysis.verdict.best_tp == 2
-    assert "TP2 groups {0,1} {2,3}" in analysis.verdict.text
+    assert "Serve with TP2 on {0,1} {2,3}" in analysis.verdict.text
 
 
 def test_dual_socket_switch_box_from_a_real_paste() -> None:

@@ -38,7 +38,7 @@ def test_example_bundle_ships_and_analyzes() -> None:
 def test_example_terminal_story() -> None:
     result = runner.invoke(app, ["analyze", str(_example())])
     assert result.output.startswith("k3diag analyze")
-    assert "Verdict: Serve with TP4 groups {0,1,2,3} {4,5,6,7}" in result.output
+    assert "Verdict [FAIL]: GPU2 link runs at x8 of x16 (fix first)." in result.output
     assert "different machines" not in result.output
     assert "GPU2 link runs at x8 of x16" in result.output
     assert "because:" in result.output
