@@ -1,491 +1,285 @@
-"""The terminal report: verdict first, then the machine, then findings with their causes beneath.
+"""The terminal report, one screen by default: the verdict, the root causes with their evidence and fix, the
+advice and what is not known, one ready-to-paste launch line per TP group, and a pointer to `--details`.
 
-Colour only on a terminal (rich decides from the stream) and never when NO_COLOR is set.
+`--details` adds the tables (GPUs, the path matrix, P2P, PCIe paths, NCCL transports, benchmarks), every
+finding in full with its causes, and the TP plan at every size (`k3diag.render.details`). Plain text through
+`k3diag.render.plain`: colour on a terminal only, no box drawing, no rich.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TextIO
 
-from k3diag.model.topology import endpoint_sort_key, gpu_index, nvlink_count
+from k3diag.render.plain import Out
+from k3diag.render.text import (
+    SEVERITY_LABEL,
+    SEVERITY_STYLE,
+    STATUS_LABEL,
+    STATUS_STYLE,
+    first_sentence,
+    gpu_pair_counts,
+    gpu_span,
+    group_text,
+    launch_line,
+)
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from k3diag.analyze.finding import Finding
     from k3diag.analyze.pipeline import Analysis
     from k3diag.model.machine import Machine
 
-SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan"}
-SEVERITY_LABEL = {"fail": "FAIL", "warn": "WARN", "info": "INFO"}
-VERDICT_STYLE = {"good": "bold green", "usable": "bold yellow", "poor": "bold red", "none": "bold red"}
-MAX_EVIDENCE_LINES = 4
-# From this many findings of one id under one heading, they are shown as one block.
-COLLAPSE_AT = 3
+# The default report shows this many root problems in full; the rest are counted and left to --details.
+MAX_PROBLEMS = 5
+MAX_ADVICE = 4
+MAX_UNKNOWN = 4
+MAX_NCCL_RUNS_SHOWN = 3  # communicators listed in --details; the summary names the most telling one
+PROBLEM_KINDS = ("fault", "misconfiguration", "contradiction")
 
 
-def escape(text: str) -> str:
-    """Input text shown inside rich markup: a bracket in a path or a log must print as itself."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
-
-
-def make_console(file=None) -> "Console":
-    from rich.console import Console
-
-    stream = file or sys.stdout
-    is_terminal = hasattr(stream, "isatty") and stream.isatty()
-    return Console(
-        file=stream,
-        no_color=bool(os.environ.get("NO_COLOR")) or not is_terminal,
-        highlight=False,
-        soft_wrap=not is_terminal,
-        width=None if is_terminal else 160,
-    )
+def verdict_label(verdict) -> str:
+    """OK / WARN / FAIL / UNKNOWN: the exit code's word, except that a verdict that cannot judge the machine
+    never reads OK."""
+    status = getattr(verdict, "status", "ok")
+    if status == "ok" and verdict.level in ("unknown", "none"):
+        return "UNKNOWN"
+    return STATUS_LABEL.get(status, status.upper())
 
 
-def path_style(path: str | None) -> str:
-    if path is None:
-        return "dim"
-    if nvlink_count(path) is not None or path in ("XGMI", "X"):
-        return "green"
-    if path in ("PIX", "PSB", "PXB"):
-        return "green"
-    if path in ("PHB", "NODE", "PCIE"):
-        return "yellow"
-    if path == "SYS":
-        return "red"
-    return "white"
+def make_console(file: TextIO | None = None) -> Out:
+    """The writer for the report on `file` (stdout by default): colour only on a terminal."""
+    return Out(file)
 
 
-def render(analysis: "Analysis", console: "Console", title: str) -> None:
-    machine = analysis.machine
-    from rich.text import Text
-
-    console.print(Text(title, style="bold"))
+def render(analysis: "Analysis", console: Out, title: str, details: bool = False) -> None:
+    out = console
+    out.line(title, "bold")
     verdict = analysis.verdict
-    console.print(Text(f"Verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.level, "bold")))
-    console.print()
-    _render_host(machine, console)
-    _render_gpus(machine, console)
-    _render_matrix(machine, console)
-    _render_p2p(machine, console)
-    _render_pcie_paths(machine, console)
-    _render_nccl(machine, console)
-    _render_benchmarks(machine, console)
-    _render_findings(analysis.findings, console)
-    _render_recommendation(analysis.recommendation, console)
-    _render_inputs(machine, console)
+    label = verdict_label(verdict)
+    out.parts([(f"Verdict [{label}]: ", STATUS_STYLE.get(label.lower())), (verdict.text, None)])
+    machine = analysis.machine
+    _machine_lines(machine, out)
+    if details:
+        from k3diag.render.details import render_details
+
+        out.line()
+        render_details(analysis, out)
+        return
+    shown = _problems(analysis.findings, out)
+    _advice(analysis.findings, out)
+    _unknowns(analysis, out)
+    _launch(analysis, out)
+    _inputs(machine, out)
+    hidden = len(analysis.findings) - shown
+    more = f"; {hidden} more finding(s) there" if hidden > 0 else ""
+    out.line()
+    out.line(f"More: add --details for the matrices, PCIe paths, NCCL transports and every finding in full{more}; "
+             "--json for scripts.", "dim", wrap=True)
 
 
-def _render_host(machine: "Machine", console: "Console") -> None:
+# -- the machine in two lines ---------------------------------------------------------------------------
+
+
+def _machine_lines(machine: "Machine", out: Out) -> None:
+    gpus = machine.sorted_gpus()
+    parts: list[str] = []
+    if gpus:
+        names: dict[str, int] = {}
+        for gpu in gpus:
+            if gpu.name:
+                names[gpu.name] = names.get(gpu.name, 0) + 1
+        model = ", ".join(f"{n}x {name}" for name, n in names.items())
+        parts.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({model})" if model else ""))
+        nodes: dict[int, list[int]] = {}
+        for gpu in gpus:
+            if gpu.numa_node is not None:
+                nodes.setdefault(gpu.numa_node, []).append(gpu.index)
+        if nodes:
+            parts.append("; ".join(f"NUMA {node}: {gpu_span(ix)}" for node, ix in sorted(nodes.items())))
     host = machine.host
-    parts = []
     if host.hostname:
-        parts.append(f"host {host.hostname}")
-    if host.cpu_model:
+        parts.insert(0, f"host {host.hostname}")
+    if host.cpu_model and not gpus:
         parts.append(host.cpu_model)
-    if host.packages:
+    if host.numa_nodes and not gpus:
+        parts.append(f"{len(host.numa_nodes)} NUMA node(s) ({', '.join(f'node{n.id}: cpus {n.cpus}' for n in host.numa_nodes)})")
+    if host.packages and not gpus:
         parts.append(f"{len(host.packages)} CPU package(s)")
-    if host.numa_nodes:
-        nodes = ", ".join(f"node{n.id}: cpus {n.cpus}" for n in host.numa_nodes)
-        parts.append(f"{len(host.numa_nodes)} NUMA node(s) ({nodes})")
-    if host.logical_cpus:
-        parts.append(f"{host.logical_cpus} logical CPUs")
-    if host.memory_total_bytes:
-        parts.append(f"{host.memory_total_bytes / 2**30:.0f} GiB RAM")
     if host.driver_version:
         parts.append(f"driver {host.driver_version}")
     if host.iommu_mode:
         parts.append(f"IOMMU {host.iommu_mode}")
     if parts:
-        console.print("Host: " + "; ".join(parts), markup=False)
-    pci_count = len([d for d in machine.pci if d.bdf])
-    if pci_count:
-        console.print(f"PCI devices seen: {pci_count}")
-    if pci_count and not machine.gpus:
-        _render_pci_inventory(machine, console)
-    console.print()
+        out.line("Machine: " + "; ".join(parts), wrap=True, hang=4)
+    counts = gpu_pair_counts(machine)
+    if counts:
+        from k3diag.model.topology import path_rank
 
-
-# Without GPUs the PCI inventory is what the user can still check (is the card even on the bus?).
-MAX_PCI_LISTED = 40
-
-
-def _render_pci_inventory(machine: "Machine", console: "Console") -> None:
-    from rich.table import Table
-
-    devices = [d for d in machine.pci if d.bdf][:MAX_PCI_LISTED]
-    table = Table(title="PCI devices (no GPU among them was usable)", title_justify="left")
-    for column in ("bdf", "device", "vendor:device", "driver", "NUMA", "link (runs at / capable)"):
-        table.add_column(column)
-    for device in devices:
-        link = device.link
-        link_text = ""
-        if link is not None and (link.sta_width or link.cap_width):
-            link_text = (f"{_fmt(link.sta_speed_gts)} GT/s x{_fmt(link.sta_width)} / "
-                         f"{_fmt(link.cap_speed_gts)} GT/s x{_fmt(link.cap_width)}")
-        ids = f"{device.vendor_id or '?'}:{device.device_id or '?'}" if device.vendor_id or device.device_id else ""
-        table.add_row(escape(device.bdf or ""), escape(device.description or device.class_name or ""),
-                      escape(ids), escape(device.driver or ""), _fmt(device.numa_node), escape(link_text))
-    console.print(table)
-
-
-def _render_gpus(machine: "Machine", console: "Console") -> None:
-    if not machine.gpus:
-        return
-    from rich.table import Table
-
-    table = Table(title="GPUs", title_justify="left", show_lines=False)
-    for column in ("GPU", "name", "bus id", "NUMA", "CPU affinity", "PCIe gen (cur/max)", "width (cur/max)", "pstate"):
-        table.add_column(column)
-    for gpu in machine.sorted_gpus():
-        pcie = gpu.pcie
-        width_style = ""
-        if pcie.width_current is not None and pcie.width_max is not None and pcie.width_current < pcie.width_max:
-            width_style = "bold red"
-        table.add_row(
-            str(gpu.index),
-            escape(gpu.name or "?"),
-            escape(gpu.bus_id or "?"),
-            _fmt(gpu.numa_node),
-            escape(gpu.cpu_affinity or "?"),
-            f"{_fmt(pcie.gen_current)}/{_fmt(pcie.gen_max)}",
-            f"[{width_style}]x{_fmt(pcie.width_current)}/x{_fmt(pcie.width_max)}[/]" if width_style
-            else f"x{_fmt(pcie.width_current)}/x{_fmt(pcie.width_max)}",
-            gpu.performance_state or "?",
-        )
-    console.print(table)
-
-
-def _render_matrix(machine: "Machine", console: "Console") -> None:
-    names = machine.endpoint_names()
-    if len(names) < 2:
-        return
-    from rich.table import Table
-
-    table = Table(title="Paths between GPUs and NICs (best first: NV# > PIX > PXB > PHB > NODE > SYS)",
-                  title_justify="left")
-    table.add_column("")
-    for name in names:
-        table.add_column(escape(name), justify="center")
-    for row in names:
-        cells = []
-        for col in names:
-            if row == col:
-                cells.append("X")
-                continue
-            link = machine.link(row, col)
-            path = link.path if link else None
-            cells.append(f"[{path_style(path)}]{escape(path or '?')}[/]")
-        table.add_row(escape(row), *cells)
-    console.print(table)
-
-
-def _render_p2p(machine: "Machine", console: "Console") -> None:
-    if not machine.p2p:
-        return
-    from rich.table import Table
-
-    capabilities = sorted({status.capability for status in machine.p2p})
-    for capability in capabilities:
-        statuses = [s for s in machine.p2p if s.capability == capability and s.src != s.dst]
-        if not statuses:
-            continue
-        if all(s.status == "OK" for s in statuses):
-            console.print(f"P2P {capability}: OK for all {len(statuses)} ordered pairs")
-            continue
-        names = sorted({s.src for s in statuses} | {s.dst for s in statuses}, key=endpoint_sort_key)
-        table = Table(title=f"P2P {capability} (OK, NS, GNS, CNS, TNS, DR, U)", title_justify="left")
-        table.add_column("")
-        for name in names:
-            table.add_column(escape(name), justify="center")
-        lookup = {(s.src, s.dst): s.status for s in statuses}
-        for row in names:
-            cells = []
-            for col in names:
-                if row == col:
-                    cells.append("X")
-                    continue
-                status = lookup.get((row, col))
-                style = "green" if status == "OK" else ("dim" if status is None else "red")
-                cells.append(f"[{style}]{escape(status or '?')}[/]")
-            table.add_row(escape(row), *cells)
-        console.print(table)
-    console.print()
-
-
-def _render_pcie_paths(machine: "Machine", console: "Console") -> None:
-    """Each GPU's path from the root port down, when the PCIe layer could build the tree."""
-    try:
-        from k3diag.render.pcie import render_pcie_paths
-    except ModuleNotFoundError:
-        return
-    render_pcie_paths(machine, console)
-
-
-# A gigabyte log can hold thousands of communicators; show the most telling ones in full.
-MAX_NCCL_RUNS_SHOWN = 3
-
-
-def _render_nccl(machine: "Machine", console: "Console") -> None:
-    # Communicators that left the fast path (SHM, network) first, then the biggest.
-    runs = sorted(
-        machine.nccl,
-        key=lambda run: (-(run.transport_counts().get("SHM", 0) > 0), -(run.nranks or 0)),
-    )
-    hidden = runs[MAX_NCCL_RUNS_SHOWN:]
-    for run in runs[:MAX_NCCL_RUNS_SHOWN]:
-        counts = run.transport_counts()
-        head = (
-            f"{run.library or 'NCCL'} {run.version or '?'}: {run.nranks or '?'} ranks on "
-            f"{run.nodes or '?'} node(s) ({_list_some(run.hosts) or 'hosts unknown'}); "
-            f"connections P2P {counts.get('P2P', 0)}, SHM {counts.get('SHM', 0)}, NET {counts.get('NET', 0)}"
-        )
-        if run.input:
-            head += f"  [{run.input}]"
-        console.print(head, markup=False)  # input paths and env values may hold '[...]'
-        if run.env:
-            console.print("  settings: " + ", ".join(f"{key}={value}" for key, value in sorted(run.env.items())), markup=False)
-        _render_transport_matrix(run, console)
-    if hidden:
-        totals: dict[str, int] = {}
-        for run in hidden:
-            for family, number in run.transport_counts().items():
-                totals[family] = totals.get(family, 0) + number
-        summary = ", ".join(f"{family} {number}" for family, number in sorted(totals.items()))
-        console.print(f"... and {len(hidden)} more communicator(s) (connections: {summary}); all are in --json",
-                      markup=False)
+        mp = any(link.origin == "nvidia-smi-topo-mp" for link in machine.links)
+        text = ", ".join(f"{path} x{n}" for path, n in sorted(counts.items(), key=lambda item: path_rank(item[0])))
+        out.line(f"GPU pairs by path: {text}" + (" (PCIe paths from topo -mp; NVLink not shown)" if mp else ""),
+                 wrap=True, hang=4)
     if machine.nccl:
-        console.print()
+        _nccl_line(machine, out)
+    pci = [d for d in machine.pci if d.bdf]
+    if pci and not gpus:
+        from k3diag.render.details import pci_inventory
+
+        pci_inventory(machine, out)
 
 
-def _render_transport_matrix(run: Any, console: "Console") -> None:
-    ranks = sorted({c.src_rank for c in run.connections} | {c.dst_rank for c in run.connections})
-    if not ranks or len(ranks) > 16:
-        return
-    from rich.table import Table
-
-    families: dict[tuple[int, int], set[str]] = {}
-    for conn in run.connections:
-        families.setdefault((conn.src_rank, conn.dst_rank), set()).add(conn.via.split("/")[0] if conn.via else conn.transport)
-    table = Table(title="Transport by rank pair (sender row, receiver column)", title_justify="left")
-    table.add_column("")
-    for rank in ranks:
-        table.add_column(str(rank), justify="center")
-    for src in ranks:
-        cells = []
-        for dst in ranks:
-            kinds = families.get((src, dst))
-            if not kinds:
-                cells.append("" if src != dst else "X")
-                continue
-            label = "+".join(sorted(kinds))
-            style = "green" if kinds == {"P2P"} else ("yellow" if "SHM" in kinds else "white")
-            cells.append(f"[{style}]{escape(label)}[/]")
-        table.add_row(str(src), *cells)
-    console.print(table)
+def _nccl_line(machine: "Machine", out: Out) -> None:
+    totals: dict[str, int] = {}
+    for run in machine.nccl:
+        for family, number in run.transport_counts().items():
+            totals[family] = totals.get(family, 0) + number
+    versions = sorted({f"{run.library or 'NCCL'} {run.version}" for run in machine.nccl if run.version})
+    ranks = max((run.nranks or 0 for run in machine.nccl), default=0)
+    what = ", ".join(versions) or "NCCL (version not in the log)"
+    size = f", up to {ranks} ranks" if ranks else ""
+    links = ", ".join(f"{family} {n}" for family, n in sorted(totals.items()) if n) or "no connection lines"
+    out.line(f"NCCL: {what}; {len(machine.nccl)} communicator(s){size}; connections {links}", wrap=True, hang=4)
 
 
-def _render_benchmarks(machine: "Machine", console: "Console") -> None:
-    for bench in machine.benchmarks:
-        data = bench.to_json()
-        tool = data.get("tool")
-        if tool == "nccl-tests":
-            console.print(
-                f"nccl-tests {data.get('op') or '?'} on {data.get('nranks') or '?'} GPU(s): "
-                f"max busbw {_fmt(data.get('max_busbw'))} GB/s, avg busbw {_fmt(data.get('avg_busbw'))} GB/s, "
-                f"out-of-bounds {_fmt(data.get('out_of_bounds'))}"
-            )
-        else:
-            names = ", ".join(sorted((data.get("matrices") or data.get("testcases") or {}).keys())[:4])
-            console.print(f"{tool}: {names or 'no matrices'}", markup=False)
-    if machine.benchmarks:
-        console.print()
+# -- problems, advice, unknowns --------------------------------------------------------------------------
 
 
-def _render_findings(findings: list["Finding"], console: "Console") -> None:
-    from rich.text import Text
+def _kind(finding: "Finding") -> str:
+    return getattr(finding, "kind", "") or ("fault" if finding.severity in ("fail", "warn") else "info")
 
-    if not findings:
-        console.print(Text("Findings: none", style="green"))
-        console.print()
-        return
+
+def _problems(findings: list["Finding"], out: Out) -> int:
+    """Root problems (explained by nothing else), worst first, each with one line of evidence and its fix;
+    the findings that they explain are named under them. Returns how many findings were shown."""
     by_key = {f.key: f for f in findings}
-    explained = {cause for f in findings for cause in f.causes}
-    roots = [f for f in findings if f.key not in explained]
-    if not roots:  # a cycle; show everything flat rather than nothing
-        roots = list(findings)
-    console.print(Text(f"Findings ({len(findings)})", style="bold"))
-    groups: dict[str, list["Finding"]] = {}
-    for finding in roots:
-        subject = _subject_group(finding.subjects)
-        groups.setdefault(subject, []).append(finding)
-    for subject in sorted(groups, key=_subject_order):
-        console.print(Text(f"{subject}:", style="bold"))
-        same_id: dict[str, list["Finding"]] = {}
-        for finding in groups[subject]:
-            same_id.setdefault(finding.id, []).append(finding)
-        for finding_id, members in same_id.items():
-            if len(members) >= COLLAPSE_AT:
-                _render_collapsed(members, by_key, console)
-                continue
-            for finding in members:
-                _render_finding(finding, by_key, console, depth=1, seen=set())
-    console.print()
+    problems = [f for f in findings if f.severity in ("fail", "warn")]
+    if not problems:
+        return 0
+    explained = {cause for f in problems for cause in f.causes if cause in by_key
+                 and by_key[cause].severity in ("fail", "warn")}
+    effects: dict[str, list["Finding"]] = {}
+    for f in problems:
+        for cause in f.causes:
+            effects.setdefault(cause, []).append(f)
+    roots = [f for f in problems if f.key not in explained] or problems
+    # One block per kind of problem: sixteen pairs refusing P2P for one reason read as one.
+    blocks: dict[str, list["Finding"]] = {}
+    for f in roots:
+        blocks.setdefault(f.id, []).append(f)
+    out.line()
+    out.line(f"Problems ({len(blocks)}):", "bold")
+    shown = 0
+    for count, (finding_id, members) in enumerate(blocks.items()):
+        if count >= MAX_PROBLEMS:
+            out.line(f"... {len(blocks) - MAX_PROBLEMS} more kind(s) of problem: see --details", "dim", indent=2)
+            break
+        first = members[0]
+        title = first.title if len(members) == 1 else f"{first.title} (and {len(members) - 1} more like it)"
+        out.parts([(f"[{SEVERITY_LABEL[first.severity]}] ", SEVERITY_STYLE[first.severity]), (title, None),
+                   (f"  ({finding_id})", "dim")], indent=2)
+        shown += len(members)
+        for ref in first.evidence[:1]:
+            out.line(f"> {ref.cite()}", "dim", indent=6, wrap=True, hang=2)
+        for cause_key in first.causes[:1]:  # a design property or a note that explains it
+            cause = by_key.get(cause_key)
+            if cause is not None:
+                out.line(f"because: {cause.title}", "italic", indent=6, wrap=True, hang=4)
+        if first.remedy:
+            out.line(f"Fix: {first_sentence(first.remedy)}", "green", indent=6, wrap=True, hang=5)
+        caused = {e.key: e for m in members for e in effects.get(m.key, [])}
+        for effect in list(caused.values())[:2]:
+            out.line(f"which causes: [{SEVERITY_LABEL[effect.severity]}] {effect.title}", indent=6, wrap=True, hang=4)
+            shown += 1
+        if len(caused) > 2:
+            out.line(f"which causes {len(caused) - 2} more finding(s): see --details", "dim", indent=6)
+    return shown
 
 
-def _render_collapsed(members: list["Finding"], by_key: dict, console: "Console") -> None:
-    """Many findings of one kind (28 SYS pairs on a dual-socket box) read as one, with its subjects listed."""
-    from rich.text import Text
-
-    first = members[0]
-    label = SEVERITY_LABEL.get(first.severity, first.severity.upper())
-    line = Text("  ")
-    line.append(f"[{label}] ", style=SEVERITY_STYLE.get(first.severity, ""))
-    line.append(f"{len(members)} x {first.title}")
-    line.append(f"  ({first.id})", style="dim")
-    console.print(line)
-    subjects = ", ".join("-".join(f.subjects) for f in members)
-    console.print(Text(f"      subjects: {subjects}"))
-    console.print(Text(f"      For example: {first.explanation}"))
-    for ref in first.evidence[:2]:
-        console.print(Text(f"      > {ref.cite()}", style="dim"))
-    if first.remedy:
-        console.print(Text(f"      Fix: {first.remedy}", style="green"))
-    causes = sorted({cause for f in members for cause in f.causes})
-    if causes:
-        console.print(Text("      because:", style="italic"))
-    for cause_key in causes[:MAX_EVIDENCE_LINES]:
-        _render_cause_chain(cause_key, by_key, console, depth=4, seen={f.key for f in members})
-    if len(causes) > MAX_EVIDENCE_LINES:
-        console.print(Text(f"        ... {len(causes) - MAX_EVIDENCE_LINES} more cause(s) in --json", style="dim"))
-
-
-def _render_cause_chain(key: str, by_key: dict, console: "Console", depth: int, seen: set[str]) -> None:
-    """One line per cause, its own causes indented beneath: the chain, without repeating every explanation."""
-    from rich.text import Text
-
-    cause = by_key.get(key)
-    if cause is None or key in seen:
+def _advice(findings: list["Finding"], out: Out) -> None:
+    design = [f for f in findings if _kind(f) == "design"]
+    if not design:
         return
-    label = SEVERITY_LABEL.get(cause.severity, cause.severity.upper())
-    line = Text("  " * depth)
-    line.append(f"[{label}] ", style=SEVERITY_STYLE.get(cause.severity, ""))
-    line.append(cause.title)
-    line.append(f"  ({cause.id})", style="dim")
-    console.print(line)
-    for ref in cause.evidence[:1]:
-        console.print(Text("  " * depth + f"    > {ref.cite()}", style="dim"))
-    for sub in cause.causes:
-        _render_cause_chain(sub, by_key, console, depth + 1, seen | {key})
+    out.line()
+    out.line("Design (how this machine is built; the TP advice follows it):", "bold")
+    for f in design[:MAX_ADVICE]:
+        out.line(f"- {f.title}", indent=2, wrap=True, hang=2)
+    if len(design) > MAX_ADVICE:
+        out.line(f"- ... {len(design) - MAX_ADVICE} more in --details", "dim", indent=2)
 
 
-def _subject_group(subjects: list[str]) -> str:
-    if not subjects:
-        return "host"
-    gpus = [s for s in subjects if gpu_index(s) is not None]
-    if len(subjects) == 1:
-        return subjects[0]
-    if gpus and len(gpus) == len(subjects):
-        return "GPU pairs"
-    return "links and devices"
-
-
-def _subject_order(subject: str) -> tuple:
-    special = {"host": (0,), "GPU pairs": (2,), "links and devices": (3,)}
-    if subject in special:
-        return special[subject] + ("",)
-    return (1,) + endpoint_sort_key(subject)
-
-
-def _render_finding(finding: "Finding", by_key: dict, console: "Console", depth: int, seen: set[str]) -> None:
-    from rich.text import Text
-
-    indent = "  " * depth
-    label = SEVERITY_LABEL.get(finding.severity, finding.severity.upper())
-    line = Text(indent)
-    line.append(f"[{label}] ", style=SEVERITY_STYLE.get(finding.severity, ""))
-    line.append(finding.title)
-    line.append(f"  ({finding.id})", style="dim")
-    console.print(line)
-    if finding.explanation:
-        console.print(Text(f"{indent}    {finding.explanation}"))
-    for ref in finding.evidence[:MAX_EVIDENCE_LINES]:
-        console.print(Text(f"{indent}    > {ref.cite()}", style="dim"))
-    if len(finding.evidence) > MAX_EVIDENCE_LINES:
-        console.print(Text(f"{indent}    > ... {len(finding.evidence) - MAX_EVIDENCE_LINES} more line(s) in --json", style="dim"))
-    if finding.confirm_with:
-        console.print(Text(f"{indent}    To confirm: {finding.confirm_with}"))
-    if finding.remedy:
-        console.print(Text(f"{indent}    Fix: {finding.remedy}", style="green"))
-    seen = seen | {finding.key}
-    for cause_key in finding.causes:
-        cause = by_key.get(cause_key)
-        if cause is None or cause_key in seen:
-            continue
-        console.print(Text(f"{indent}    because:", style="italic"))
-        _render_finding(cause, by_key, console, depth + 2, seen)
-
-
-def _render_recommendation(recommendation: Any | None, console: "Console") -> None:
-    if recommendation is None or not getattr(recommendation, "groups", None):
+def _unknowns(analysis: "Analysis", out: Out) -> None:
+    items: list[str] = []
+    for missing in getattr(analysis.verdict, "missing", []) or []:
+        items.append(f"{missing['what']}: `{missing['command']}`")
+    for f in analysis.findings:
+        if _kind(f) == "missing-evidence" and f.id != "no-gpu-found":
+            items.append(f"{f.title}" + (f": `{f.confirm_with}`" if f.confirm_with and f.confirm_with not in f.title else ""))
+    if not items:
         return
-    from rich.table import Table
-
-    table = Table(title="Tensor-parallel groups (best partition of all GPUs at each TP size)", title_justify="left")
-    for column in ("TP", "groups", "worst link inside a group", "why"):
-        table.add_column(column)
-    rationale = getattr(recommendation, "rationale", {}) or {}
-    for size in sorted(recommendation.groups):
-        worst = recommendation.worst_link.get(size)
-        table.add_row(
-            str(size),
-            " ".join("{" + ",".join(str(i) for i in group) + "}" for group in recommendation.groups[size]),
-            f"[{path_style(worst)}]{escape(worst or '?')}[/]",
-            escape(str(rationale.get(size, ""))) if isinstance(rationale, dict) else "",
-        )
-    console.print(table)
-    comparison = getattr(recommendation, "comparison", None)
-    if comparison:
-        console.print(comparison, markup=False)
-    visible = getattr(recommendation, "cuda_visible_devices", {}) or {}
-    for size in sorted(visible):
-        console.print(f"TP{size}: " + "   ".join(visible[size]), markup=False)
-    console.print()
+    out.line()
+    out.line("Not known (and the command that would tell):", "bold")
+    for item in list(dict.fromkeys(items))[:MAX_UNKNOWN]:
+        out.line(f"- {item}", indent=2, wrap=True, hang=2)
+    if len(items) > MAX_UNKNOWN:
+        out.line(f"- ... {len(items) - MAX_UNKNOWN} more in --details", "dim", indent=2)
 
 
-def _render_inputs(machine: "Machine", console: "Console") -> None:
-    from rich.text import Text
-
-    if machine.inputs:
-        console.print(Text("Inputs", style="bold"))
-        for record in machine.inputs:
-            style = "red" if record.format == "unknown" else ""
-            console.print(Text(f"  {record.path}: {record.format}", style=style))
-            for warning in record.warnings[:5]:
-                console.print(Text(f"    ! {warning}", style="yellow"))
-            if len(record.warnings) > 5:
-                console.print(Text(f"    ! ... {len(record.warnings) - 5} more warning(s) in --json", style="yellow"))
-    notes = [n for n in machine.notes if not any(n.message in r.warnings for r in machine.inputs)]
-    if notes:
-        console.print(Text("Notes", style="bold"))
-        for note in notes:
-            console.print(Text(f"  {note.subject}: {note.message}", style="yellow" if note.level == "warn" else ""))
+# -- what to run ---------------------------------------------------------------------------------------------
 
 
-def _list_some(items: list[str], shown: int = 6) -> str:
-    if len(items) <= shown:
-        return ", ".join(items)
-    return ", ".join(items[:shown]) + f" and {len(items) - shown} more"
+def _launch(analysis: "Analysis", out: Out) -> None:
+    rec = analysis.recommendation
+    plan = getattr(analysis.verdict, "plan", None)
+    machine = analysis.machine
+    skipped = getattr(rec, "skipped", {}) or {} if rec is not None else {}
+    if plan and plan.get("groups"):
+        size = plan["tp"]
+        groups, replicas = plan["groups"], plan.get("replicas") or []
+        dp = len(groups) + len(replicas)
+        out.line()
+        out.line(f"Run TP{size} ({len(groups)} group(s){f' + {len(replicas)} replica GPU(s)' if replicas else ''}, "
+                 f"DP={dp}): one line per group, then your server command (e.g. vllm serve ... "
+                 f"--tensor-parallel-size {size})", "bold", wrap=True, hang=2)
+        for group in groups:
+            out.line(f"{launch_line(machine, group)}   # TP{size} {group_text(group)}", indent=2)
+        for gpu in replicas:
+            out.line(f"{launch_line(machine, [gpu])}   # replica on GPU{gpu} (TP1)", indent=2)
+    if rec is not None and getattr(rec, "groups", None):
+        others = [size for size in sorted(rec.groups) if not plan or size != plan.get("tp")]
+        if others:
+            texts = []
+            for size in others:
+                worst = rec.worst_link.get(size)
+                texts.append(f"TP{size} " + " ".join(group_text(g) for g in rec.groups[size][:4])
+                             + (" ..." if len(rec.groups[size]) > 4 else "")
+                             + (f" (slowest pair {worst})" if worst else " (a path inside is unknown)"))
+            out.line("Other sizes: " + "; ".join(texts) + " (--details explains each)", indent=2, wrap=True, hang=4)
+    for size, why in sorted(skipped.items()):
+        out.line(f"TP{size} cannot be planned: {why}.", "yellow", indent=2)
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "?"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+def _inputs(machine: "Machine", out: Out) -> None:
+    unknown = [record for record in machine.inputs if record.format == "unknown"]
+    warned = [record for record in machine.inputs if record.format != "unknown" and record.warnings]
+    if not unknown and not warned:
+        return
+    out.line()
+    read = len(machine.inputs) - len(unknown)
+    out.line(f"Inputs: {read} read, {len(unknown)} not recognized" + (f", {len(warned)} with warnings" if warned else ""),
+             "bold")
+    for record in (unknown + warned)[:4]:
+        first = record.warnings[0] if record.warnings else "no format k3diag reads was found in it"
+        out.line(f"{record.path}: {first}", "yellow" if record in unknown else None, indent=2, wrap=True, hang=4)
+    if len(unknown) + len(warned) > 4:
+        out.line(f"... {len(unknown) + len(warned) - 4} more in --details", "dim", indent=2)
+
+
+def render_summary_lines(analysis: "Analysis", title: str = "k3diag") -> list[str]:
+    """The default report as lines (for tests and the audit)."""
+    import io
+
+    buffer = io.StringIO()
+    render(analysis, Out(buffer, color=False), title)
+    return buffer.getvalue().splitlines()
+
+
+__all__ = ["MAX_NCCL_RUNS_SHOWN", "make_console", "render", "render_summary_lines"]

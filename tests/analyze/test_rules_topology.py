@@ -75,8 +75,10 @@ def test_phb_and_node_pairs_are_one_design_finding() -> None:
 def test_gns_on_geforce_explains_and_suggests_disabling_custom_all_reduce() -> None:
     machine = machine_of("topo-p2p-2x5090-gns-tabs.txt")
     [finding] = run(topology.check_p2p_not_supported, machine)
-    assert (finding.id, finding.severity, finding.subjects) == ("p2p-not-supported", "warn", ["GPU0", "GPU1"])
-    assert finding.data == {"codes": ["GNS"], "capabilities": ["unknown"]}
+    # GeForce refusing P2P is how the card is sold, not a fault: one advisory for the machine
+    assert (finding.id, finding.severity, finding.kind, finding.subjects) == ("p2p-not-supported", "info", "design", [])
+    assert finding.data == {"codes": ["GNS"], "pairs": [["GPU0", "GPU1"]]}
+    assert finding.aliases == ["p2p-not-supported@GPU0,GPU1"]
     assert "GeForce" in finding.explanation and "--disable-custom-all-reduce" in finding.remedy
     assert [ref.line for ref in finding.evidence] == [2, 3]
 

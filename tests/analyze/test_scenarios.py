@@ -64,8 +64,9 @@ def test_dual_socket_pcie_box_with_shm_fallback_tells_the_chain() -> None:
     shm = [f for f in analysis.findings if f.id == "nccl-same-host-pair-not-p2p" and f.data.get("gpus") == [0, 4]]
     assert shm, [f.key for f in analysis.findings if f.id.startswith("nccl")]
     # NCCL used SHM between ranks 0 and 4 because P2P is refused (CNS) because the pair crosses sockets (SYS)
-    assert shm[0].causes == ["p2p-not-supported@GPU0,GPU4"]
-    assert found["p2p-not-supported@GPU0,GPU4"].causes == ["gpu-pair-sys"]  # the machine's one SYS finding
+    assert shm[0].causes == ["p2p-not-supported"]  # the refusal by design stands for the pair's key
+    assert "p2p-not-supported@GPU0,GPU4" in found["p2p-not-supported"].aliases
+    assert found["p2p-not-supported"].causes == ["gpu-pair-sys"]  # the machine's one SYS finding
     assert any("via SHM" in ref.text for ref in shm[0].evidence)
     assert found["pcie-width-below-max@GPU2"].severity == "fail"
     assert analysis.recommendation.groups[2] == [[0, 1], [2, 3], [4, 5], [6, 7]]
@@ -89,8 +90,8 @@ def test_consumer_gpus_without_p2p() -> None:
     analysis = _analyze(FIXTURES / "nvidia" / "topo-m-2x5090-tabs-gpu-numa-id.txt",
                         FIXTURES / "nvidia" / "topo-p2p-2x5090-gns-tabs.txt")
     found = _by_key(analysis)
-    refusal = found["p2p-not-supported@GPU0,GPU1"]
-    assert refusal.data["codes"] == ["GNS"]
+    refusal = found["p2p-not-supported"]  # GeForce: refused by design, one advisory finding
+    assert refusal.data["codes"] == ["GNS"] and refusal.severity == "info"
     assert "--disable-custom-all-reduce" in refusal.remedy
     assert analysis.verdict.level != "good"
 

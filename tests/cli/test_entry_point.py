@@ -50,4 +50,4 @@ def test_piped_output_has_no_escape_codes(tmp_path: Path, fixtures_dir: Path, no
         capture_output=True, text=True, timeout=120, env=env,
     )
     assert "\x1b[" not in done.stdout
-    assert "Verdict:" in done.stdout
+    assert "Verdict [" in done.stdout

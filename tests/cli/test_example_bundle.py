@@ -41,4 +41,4 @@ def test_example_terminal_story() -> None:
     assert "Verdict [FAIL]: GPU2 link runs at x8 of x16 (fix first)." in result.output
     assert "different machines" not in result.output
     assert "GPU2 link runs at x8 of x16" in result.output
-    assert "because:" in result.output
+    assert "because: P2P is refused by design on 16 GPU pair(s) (CNS)" in result.output

@@ -28,7 +28,7 @@ def test_no_gpu_host_prints_host_and_explains(fixtures_dir: Path, empty_path: Pa
     assert result.exit_code == 3, result.output  # no GPU where one is looked for: cannot pass
     assert "2 CPU package(s)" in result.output
     assert "node1: cpus 32-63,96-127" in result.output
-    assert "No GPU found" in result.output
+    assert "No GPU was found, so this machine cannot be assessed" in result.output
     assert "nvidia-smi` is not installed" in result.output
 
 
@@ -65,7 +65,7 @@ def test_hanging_nvidia_smi_is_reported_and_report_still_comes_out(fixtures_dir:
 def test_fail_on_never_and_bad_value(fixtures_dir: Path, empty_path: Path) -> None:
     root = fixtures_dir / "hostroot" / "dual_socket"
     result = runner.invoke(app, ["topo", "--root", str(root), "--fail-on", "never"])
-    assert result.exit_code == 0 and "No GPU found" in result.output
+    assert result.exit_code == 0 and "No GPU was found" in result.output
     bad = runner.invoke(app, ["topo", "--fail-on", "sometimes"])
     assert bad.exit_code == 2
     assert "must be one of fail, warn, never" in bad.output

@@ -53,8 +53,8 @@ def test_same_host_pair_on_shm_names_pair_host_transport_and_topology_causes():
     assert "4 other pair(s) on this host use P2P" in cross.title
     assert cross.data["gpus"] == [3, 4] and cross.data["gpu_basis"] == "busId"
     # the chain: SHM because P2P is refused (CNS) because the pair crosses sockets (SYS)
-    assert cross.causes == ["p2p-not-supported@GPU3,GPU4"]
-    refusal = next(f for f in findings(machine, "p2p-not-supported") if f.subjects == ["GPU3", "GPU4"])
+    assert cross.causes == ["p2p-not-supported"]  # CNS across sockets: refused by design, one finding
+    refusal = next(f for f in findings(machine, "p2p-not-supported") if "p2p-not-supported@GPU3,GPU4" in f.aliases)
     assert refusal.causes == ["gpu-pair-sys"]  # one design finding stands for every SYS pair
     assert "crosses CPU sockets" in cross.explanation
     assert any("3[9000] -> 4[84000]" in e.text for e in cross.evidence)

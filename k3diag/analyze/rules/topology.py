@@ -185,10 +185,19 @@ def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterabl
             continue
         key = tuple(sorted((status.src, status.dst), key=lambda name: gpu_index(name) or 0))
         by_pair.setdefault(key, []).append(status)  # type: ignore[arg-type]
+    by_design: list[tuple[str, str, list[str], list[SourceRef], list[str]]] = []
     for (a, b), statuses in sorted(by_pair.items(), key=lambda item: (gpu_index(item[0][0]), gpu_index(item[0][1]))):
         if _joined_by_nvlink(machine, a, b) and all(s.status == "NS" and s.capability == "pcie" for s in statuses):
             continue  # NVLink pairs need no PCIe P2P
         codes = sorted({s.status for s in statuses if s.status}, key=P2P_REFUSALS.index)
+        crossing = [key for key in (f"gpu-pair-sys@{a},{b}",)
+                    if any(key == f.key or key in f.aliases for f in earlier)]
+        # A refusal the platform gives by design is not a fault: GeForce drivers refuse P2P (GNS), and most
+        # platforms refuse it across CPU sockets (CNS/TNS on a SYS pair). One advisory for the machine.
+        if codes == ["GNS"] or (crossing and set(codes) <= {"CNS", "TNS"}):
+            refs = list(dict.fromkeys(s.source for s in statuses if s.source is not None))[:2]
+            by_design.append((a, b, codes, refs, crossing))
+            continue
         capabilities = sorted({s.capability for s in statuses})
         named = [c for c in capabilities if c != "unknown"]
         which = ", ".join(named) + (" and a matrix whose capability was not given" if "unknown" in capabilities else "")
@@ -215,6 +224,36 @@ def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterabl
             causes=[key for key in (f"gpu-pair-sys@{a},{b}", f"gpu-pair-phb@{a},{b}")
                     if set(codes) & {"CNS", "TNS"} and any(key == f.key or key in f.aliases for f in earlier)],
         )
+    if by_design:
+        yield _p2p_refused_by_design(by_design)
+
+
+def _p2p_refused_by_design(pairs: list[tuple[str, str, list[str], list[SourceRef], list[str]]]) -> Finding:
+    codes = sorted({code for _, _, cs, _, _ in pairs for code in cs}, key=P2P_REFUSALS.index)
+    listed = ", ".join(f"{gpu_index(a)}-{gpu_index(b)}" for a, b, _, _, _ in pairs[:8])
+    listed += f" and {len(pairs) - 8} more" if len(pairs) > 8 else ""
+    geforce = "GNS" in codes
+    why = ("the driver refuses P2P on this GPU model (GeForce and most consumer cards on stock drivers)" if geforce
+           else "these pairs cross CPU sockets, where the platform does not carry peer-to-peer traffic")
+    return Finding(
+        id="p2p-not-supported",
+        severity="info",
+        subjects=[],
+        title=f"P2P is refused by design on {len(pairs)} GPU pair(s) ({', '.join(codes)}): "
+              + ("GeForce cards" if geforce else "pairs across CPU sockets"),
+        explanation=(
+            f"Pairs {listed}: {why}. That is how this machine is built, not a fault: NCCL copies their data "
+            "through host memory (SHM), so tensor-parallel groups should not span them"
+            + ("; vLLM/SGLang need --disable-custom-all-reduce." if geforce else "; keep TP groups within a socket.")
+        ),
+        evidence=[ref for _, _, _, refs, _ in pairs for ref in refs][:4],
+        remedy=_P2P_MEANING["GNS" if geforce else codes[0]][1],
+        confirm_with="nvidia-smi topo -p2p r; nvidia-smi topo -p2p w",
+        causes=sorted({cause for _, _, _, _, causes in pairs for cause in causes}),
+        data={"codes": codes, "pairs": [[a, b] for a, b, _, _, _ in pairs]},
+        kind="design",
+        aliases=[f"p2p-not-supported@{a},{b}" for a, b, _, _, _ in pairs],
+    )
 
 
 def _joined_by_nvlink(machine: Machine, a: str, b: str) -> bool:
