@@ -7,6 +7,24 @@ import typer
 
 from k3diag import __version__
 from k3diag.commands import COMMAND_MODULES, register_all
+from k3diag.exit_codes import EXIT_USAGE
+
+# A wrong command line (unknown option, bad value, missing argument) exits 64, sysexits' EX_USAGE, not click's
+# 2: exit 2 means "failures found" to the CI gates and fleet tools that read k3diag's exit codes. Every usage
+# error click and typer raise (BadParameter, NoSuchOption, MissingParameter, ...) is a UsageError; typer
+# ships its own copy of click (typer._click), so the code is set on the class typer raises.
+def _usage_errors_exit_64() -> None:
+    import importlib
+
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        module.UsageError.exit_code = EXIT_USAGE
+
+
+_usage_errors_exit_64()
 
 app = typer.Typer(
     name="k3diag",

@@ -25,7 +25,8 @@ def parse_tp_sizes(values: list[int] | None) -> list[int] | None:
     return sorted(set(values))
 
 
-def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None) -> int:
+def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None,
+                details: bool = False) -> int:
     from k3diag.analyze.pipeline import analyze_machine
     from k3diag.analyze.verdict import exit_code_for
 
@@ -39,7 +40,7 @@ def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list
     else:
         from k3diag.render.terminal import make_console, render
 
-        render(analysis, make_console(), title)
+        render(analysis, make_console(), title, details=details)
         if code == 3 and not machine.analyzable:
             typer.echo("Nothing could be analyzed: no input held a format k3diag reads (see Inputs above).", err=True)
         elif code == 3:
@@ -47,10 +48,11 @@ def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list
     return code
 
 
-def emit_machines_report(machines, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None) -> int:
+def emit_machines_report(machines, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None,
+                         details: bool = False) -> int:
     """One machine: `emit_report`. Several: each analyzed and reported on its own (never one joint verdict)."""
     if not machines.several:
-        return emit_report(machines.machines[0], as_json, fail_on, title, tp_sizes)
+        return emit_report(machines.machines[0], as_json, fail_on, title, tp_sizes, details)
     from k3diag.analyze.machines import analyze_machines, combined_exit_code, several_machines_finding
     from k3diag.analyze.verdict import exit_code_for
 
@@ -66,5 +68,5 @@ def emit_machines_report(machines, as_json: bool, fail_on: str, title: str, tp_s
     else:
         from k3diag.render.machines import render_machines
 
-        render_machines(machines, analyses, finding, title)
+        render_machines(machines, analyses, finding, title, details)
     return code

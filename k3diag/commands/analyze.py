@@ -18,10 +18,12 @@ def register(app: typer.Typer) -> None:
         fail_on: str = typer.Option("warn", "--fail-on", callback=check_fail_on,
                                      help="Exit non-zero on: fail (failures only), warn (warnings too), never."),
         tp: Optional[List[int]] = typer.Option(None, "--tp", help="Also plan TP groups of this size (repeatable)."),
+        details: bool = typer.Option(False, "--details", help="Add the matrices, PCIe paths, NCCL transports, the TP "
+                                     "plan at every size and every finding in full."),
     ) -> None:
         """Analyze saved outputs (nvidia-smi, lspci, NCCL logs, nccl-tests, rocm-smi...) and explain them."""
         from k3diag.commands._inputs import load_machine_or_exit
 
         machines, _ = load_machine_or_exit(list(paths), "analyze", several=True)
         title = f"k3diag analyze: {len(paths)} input path(s)"
-        raise typer.Exit(emit_machines_report(machines, as_json, fail_on, title, parse_tp_sizes(tp)))
+        raise typer.Exit(emit_machines_report(machines, as_json, fail_on, title, parse_tp_sizes(tp), details))

@@ -18,6 +18,8 @@ def register(app: typer.Typer) -> None:
         fail_on: str = typer.Option("warn", "--fail-on", callback=check_fail_on,
                                     help="Exit non-zero on: fail (failures only), warn (warnings too), never."),
         tp: Optional[List[int]] = typer.Option(None, "--tp", help="Also plan TP groups of this size (repeatable)."),
+        details: bool = typer.Option(False, "--details", help="Add the matrices, PCIe paths, NCCL transports, the TP "
+                                     "plan at every size and every finding in full."),
         timeout: float = typer.Option(20.0, "--timeout", min=1.0, help="Seconds each command may take before it is stopped."),
         root: Path = typer.Option(Path("/"), "--root", hidden=True, help="Read sysfs/proc under this root (testing)."),
     ) -> None:
@@ -32,4 +34,4 @@ def register(app: typer.Typer) -> None:
 
             machine, _ = load_live_machine(root=root, timeout_s=timeout, texts="missing")
             title = f"k3diag topo: live host {machine.host.hostname or ''}".rstrip()
-        raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp)))
+        raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp), details))

@@ -41,19 +41,18 @@ def build_machines_report(machines: MachineSet, analyses: list["Analysis"], code
     return report
 
 
-def render_machines(machines: MachineSet, analyses: list["Analysis"], finding: "Finding", title: str) -> None:
+def render_machines(machines: MachineSet, analyses: list["Analysis"], finding: "Finding", title: str,
+                    details: bool = False) -> None:
     """The top section (how many machines, which inputs went where and why), then each machine's own report."""
     from k3diag.render.terminal import make_console, render
 
-    console = make_console()
-    from rich.text import Text
-
-    console.print(Text(title, style="bold"))
-    console.print(Text(finding.title, style="bold yellow"))
+    out = make_console()
+    out.line(title, "bold")
+    out.line(finding.title, "bold yellow")
     for line in finding.explanation.split("\n")[1:]:
-        console.print(Text(line))
-    console.print(Text(""))
+        out.line(line)
+    out.line()
     count = len(machines.machines)
     for number, (machine, analysis) in enumerate(zip(machines.machines, analyses), 1):
-        render(analysis, console, f"Machine {number} of {count}: {machine.label}")
-        console.print(Text(""))
+        render(analysis, out, f"Machine {number} of {count}: {machine.label}", details=details)
+        out.line()

@@ -242,7 +242,16 @@ EVERY_FIXTURE = {
     "topo-m-2x5070-header-on-command-line.txt": (2, ("GPU0", "GPU1", "PHB"), [0, 0]),
     "topo-m-and-p2p-indented-wrapped-legend.txt": (2, ("GPU0", "GPU1", "NODE"), [0, 0]),
     "topo-m-8gpu-mlx4-old-driver-cut.txt": (5, ("GPU0", "GPU1", "PIX"), [None] * 5),
+    "topo-m-3x-a6000-nv4-pair-node-prompt.txt": (3, ("GPU0", "GPU1", "NV4"), [1, 1, 1]),
 }
+
+
+def test_topo_mp_is_told_apart_from_topo_m() -> None:
+    """`topo -mp` prints PCIe paths only (NVLink hidden): every NVLink pair of a JUWELS Booster node reads SYS."""
+    mp = parse_fixture("topo-mp-4x-a100-juwels-booster-percent-prompt.txt")
+    assert mp.pcie_only is True and mp.cell("GPU0", "GPU1") == "SYS"
+    assert parse_fixture("topo-m-3x-a6000-nv4-pair-node-prompt.txt").pcie_only is False  # NV# in legend and cells
+    assert parse_fixture("topo-m-8x4090-dual-socket-sys-tabs.txt").pcie_only is None  # no legend: cannot tell
 
 
 def test_the_table_names_every_topo_fixture() -> None:
