@@ -38,7 +38,10 @@ def test_example_bundle_ships_and_analyzes() -> None:
 def test_example_terminal_story() -> None:
     result = runner.invoke(app, ["analyze", str(_example())])
     assert result.output.startswith("k3diag analyze")
-    assert "Verdict [FAIL]: GPU2 link runs at x8 of x16 (fix first)." in result.output
+    assert ("Verdict [FAIL]: GPU2 link runs at x8 of x16 (fix first). Serve with TP4 on {0,1,2,3} {4,5,6,7}; TP8 "
+            "would cross SYS") in result.output
     assert "different machines" not in result.output
-    assert "GPU2 link runs at x8 of x16" in result.output
-    assert "because: P2P is refused by design on 16 GPU pair(s) (CNS)" in result.output
+    assert "Fix: Reseat the card" in result.output
+    # the crossing is one advisory line, not sixteen warnings; one launch line per TP4 group with its NUMA node
+    assert "  - 16 GPU pair(s) cross the CPU interconnect (SYS)" in result.output
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=4,5,6,7 numactl --cpunodebind=1 --membind=1" in result.output
