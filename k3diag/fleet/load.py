@@ -123,7 +123,7 @@ def _node(report: dict, path: str) -> str:
     return node_name(report, _fallback_name(path))
 
 
-def shape_of_report(path: str) -> dict:
+def shape_of_report(path: str) -> dict | list[dict]:
     item = FleetInput(path, "report")
     try:
         with open(path, "rb") as handle:
@@ -139,6 +139,11 @@ def shape_of_report(path: str) -> dict:
     if not isinstance(report, dict) or report.get("schema") != "k3diag.report/1":
         schema = report.get("schema") if isinstance(report, dict) else None
         return _problem_shape(item, f"{path} is not a k3diag report (schema {schema!r}, expected 'k3diag.report/1')")
+    machines = report.get("machines")
+    if isinstance(machines, list) and machines:
+        # `analyze --json` over inputs from several machines: one full report per machine in machines[].
+        return [_shape_of_entry(entry, path, number) for number, entry in enumerate(machines, 1)
+                if isinstance(entry, dict)]
     stored = report.get("shape")
     if isinstance(stored, dict) and stored.get("schema") == SHAPE_SCHEMA and isinstance(stored.get("features"), dict):
         # Written by `check` on the node, with the evidence lines the report alone no longer has.
@@ -149,18 +154,26 @@ def shape_of_report(path: str) -> dict:
     return shape_from_report(report, path) | {"node": _node(report, path)}
 
 
-def shape_of(item: FleetInput) -> dict:
-    """Never raises: a node that cannot be read is a shape with a `problem` sentence."""
+def _shape_of_entry(entry: dict, path: str, number: int) -> dict:
+    from k3diag.fleet.shape import node_name
+
+    return shape_from_report(entry, path) | {"node": node_name(entry, f"{_fallback_name(path)}#{number}")}
+
+
+def shape_of(item: FleetInput) -> list[dict]:
+    """One shape per machine the input describes (a report of several machines gives several). Never
+    raises: a node that cannot be read is a shape with a `problem` sentence."""
     try:
-        return shape_of_bundle(item.path) if item.kind == "bundle" else shape_of_report(item.path)
+        shapes = shape_of_bundle(item.path) if item.kind == "bundle" else shape_of_report(item.path)
     except MemoryError:
-        return _problem_shape(item, f"{item.path} needed more memory than is available")
+        shapes = _problem_shape(item, f"{item.path} needed more memory than is available")
     except Exception as exc:  # one odd node must not cost the fleet summary
-        return _problem_shape(item, f"{item.path} could not be analyzed ({type(exc).__name__}: {exc})")
+        shapes = _problem_shape(item, f"{item.path} could not be analyzed ({type(exc).__name__}: {exc})")
+    return shapes if isinstance(shapes, list) else [shapes]
 
 
 def _shapes_of(items: list[FleetInput]) -> list[dict]:
-    return [shape_of(item) for item in items]
+    return [shape for item in items for shape in shape_of(item)]
 
 
 def _intern(shape: dict) -> dict:

@@ -61,22 +61,16 @@ def _gpu_num(name: str) -> int:
 
 
 def node_name(report: dict, fallback: str) -> str:
-    """The machine's name: the identity the report carries, else the host name, else the file's name."""
-    for machine in report.get("machines") or []:
-        if isinstance(machine, dict):
-            for key in ("name", "hostname", "host"):
-                value = machine.get(key)
-                if isinstance(value, str) and value.strip():
-                    return value.strip()
-    ident = report.get("ident")
-    if isinstance(ident, dict):
-        for key in ("name", "hostname", "host"):
-            value = ident.get(key)
-            if isinstance(value, str) and value.strip():
-                return value.strip()
+    """The machine's name: its identity's host name (reports of several machines carry one per entry),
+    else the report's host name, else the name of the file it came from."""
+    identity = report.get("identity")
+    if isinstance(identity, dict) and isinstance(identity.get("hostname"), str) and identity["hostname"].strip():
+        return identity["hostname"].strip()
     host = report.get("host") or {}
     if isinstance(host, dict) and isinstance(host.get("hostname"), str) and host["hostname"].strip():
         return host["hostname"].strip()
+    # The identity step's `label` describes a machine ("8 GPUs, NVIDIA L40S, driver ...") rather than naming
+    # it, and would not fold into a host list: a machine without a host name is named after its input.
     return fallback
 
 

@@ -121,3 +121,20 @@ def test_many_reports_through_the_process_pool(tmp_path: Path) -> None:
     out = json.loads(result.stdout)
     assert out["totals"]["nodes"] == 100 and out["outlier_hosts"] == "n077"
     assert out["groups"][0]["hosts"] == "n[001-100]"
+
+
+def test_a_report_of_several_machines_counts_each_machine(tmp_path: Path, fleet_dir: Path) -> None:
+    """`analyze --json` over inputs of several machines holds one report per machine in machines[]."""
+    analyzed = CliRunner().invoke(app, ["analyze", str(fleet_dir / "gpu001"), str(fleet_dir / "l40s-01"), "--json"])
+    combined = json.loads(analyzed.stdout)
+    machines = combined.get("machines") or []
+    assert len(machines) >= 2
+    path = tmp_path / "several.json"
+    path.write_text(analyzed.stdout)
+    report = json.loads(fleet(str(path), "--json").stdout)
+    jsonschema.validate(report, SCHEMA)
+    names = sorted(node["node"] for node in report["nodes"])
+    assert report["totals"]["nodes"] == len(machines)
+    expected = sorted((m.get("identity") or {}).get("hostname") or m["host"].get("hostname") or f"several#{n}"
+                      for n, m in enumerate(machines, 1))
+    assert names == expected
