@@ -33,8 +33,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Which layout (TP1, TP2, TP4, replicas...) serves best per GPU at your latency target, and why.
 
-        Exit codes: 0 the layouts were ranked; 3 nothing comparable could be read (no results, or runs at
-        different loads, lengths or models); 64 a usage error.
+        Exit codes: 0 the layouts were ranked; 3 nothing comparable could be read (no results, or runs at different loads, lengths or models); 64 a usage error.
         """
         import json
         import sys
