@@ -15,6 +15,7 @@ management ports (VPD `SW_MNG`) are never network NICs and are left out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from k3diag.model.machine import Machine
@@ -94,9 +95,20 @@ def gdr_possible(machine: Machine) -> tuple[bool | None, str]:
         if any(not g.enabled and g.reason and "module" in g.reason for g in run.gdr):
             return False, "NCCL found no peer-memory module"
     if peer.checked:
-        return False, ("neither /sys/module/nvidia_peermem nor /sys/kernel/mm/memory_peers/nv_mem exists and no "
-                       "DMA-BUF support was seen")
+        kernel = _kernel_version(machine.host.kernel)
+        if kernel is not None and kernel < (5, 12):
+            return False, (f"no peer-memory module is loaded (neither /sys/module/nvidia_peermem nor "
+                           f"/sys/kernel/mm/memory_peers/nv_mem exists) and kernel {machine.host.kernel} predates "
+                           "DMA-BUF (5.12)")
+        return None, ("no peer-memory module is loaded (neither /sys/module/nvidia_peermem nor "
+                      "/sys/kernel/mm/memory_peers/nv_mem exists): only DMA-BUF (kernel 5.12+, NCCL 2.13+) can "
+                      "provide GPUDirect RDMA, and whether it does is not shown")
     return None, "whether nvidia-peermem or DMA-BUF is available is unknown"
+
+
+def _kernel_version(text: str | None) -> tuple[int, int] | None:
+    match = re.match(r"^\s*(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def network_nics(machine: Machine) -> tuple[list[str], list[Nic]]:

@@ -108,6 +108,13 @@ def read_snapshot(root: Path) -> dict:
         snapshot["notes"].append(f"{_shown(root, devices_dir)} holds no PCI devices")
     _note_config_reads(snapshot)
     snapshot["iommu"] = _read_iommu(root)
+    # RDMA devices and the peer-memory modules GPUDirect RDMA needs (k3diag.collect.sysfs_infiniband).
+    from k3diag.collect.sysfs_infiniband import read_infiniband, read_peer_memory
+
+    infiniband = read_infiniband(root)
+    snapshot["infiniband"] = infiniband["devices"]
+    snapshot["notes"].extend(infiniband["notes"])
+    snapshot["peer_memory"] = read_peer_memory(root)
     return snapshot
 
 

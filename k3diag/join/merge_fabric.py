@@ -11,6 +11,7 @@ from typing import Any
 
 from k3diag.model.fabric import GpuFabricState, IbPort
 from k3diag.model.machine import InputRecord, Machine
+from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu, Nic
 from k3diag.model.ids import normalize_bdf
 
@@ -137,12 +138,36 @@ def put_port(machine: Machine, port: IbPort, record: InputRecord) -> IbPort:
 
 
 def merge_rdma(result: Any, machine: Machine, record: InputRecord) -> None:
-    """`ibstat` and `ibv_devinfo`."""
+    """`ibstat`, `ibv_devinfo`, and the RDMA devices of the sysfs snapshot."""
     for device in result.devices:
         nic = nic_for_device(machine, device.name)
         nic.hca_type = nic.hca_type or device.hca_type
         nic.firmware = nic.firmware or device.firmware
+        if device.bus_id and nic.bus_id is None:
+            nic.bus_id = normalize_bdf(device.bus_id)
+        if device.numa_node is not None and nic.numa_node is None:
+            nic.numa_node = device.numa_node
+        nic.pcie_width = nic.pcie_width if nic.pcie_width is not None else device.pcie_width
+        nic.pcie_speed = nic.pcie_speed or device.pcie_speed
+        if device.management_port is not None:
+            nic.management_port = device.management_port
+            if device.management_port and device.source is not None:
+                nic.management_source = SourceRef(device.source.input, device.source.line,
+                                                  f"/sys/class/infiniband/{device.name}/device/vpd: SW_MNG")
         if device.source is not None and device.source not in nic.sources:
             nic.sources.append(device.source)
         for port in device.ports:
             put_port(machine, port, record)
+
+
+def merge_sysfs_fabric(result: Any, machine: Machine, record: InputRecord) -> None:
+    """The snapshot's RDMA devices and peer-memory module versions."""
+    if result.devices is not None:
+        merge_rdma(result, machine, record)
+    if result.peer_memory is not None:
+        peer = machine.fabric.peer_memory
+        peer.checked = True
+        peer.nvidia_peermem = peer.nvidia_peermem or result.peer_memory.get("nvidia_peermem")
+        peer.nv_peer_mem = peer.nv_peer_mem or result.peer_memory.get("nv_peer_mem") or \
+            result.peer_memory.get("nv_peer_mem_nc")
+        peer.sources.extend(result.peer_memory_sources)

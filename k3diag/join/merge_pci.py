@@ -65,6 +65,10 @@ def merge_lspci_tree(result: LspciTreeResult, machine: Machine, record: InputRec
 def merge_sysfs(result: SysfsResult, machine: Machine, record: InputRecord) -> None:
     for device in result.devices:
         upsert_device(machine, device)
+    if getattr(result, "fabric", None) is not None:
+        from k3diag.join.merge_fabric import merge_sysfs_fabric
+
+        merge_sysfs_fabric(result.fabric, machine, record)
     state = platform_state(machine)
     if result.privileged is not None:
         state.privileged = result.privileged

@@ -40,6 +40,12 @@ class RdmaDevice:
     board_id: str | None = None
     ports: list[IbPort] = field(default_factory=list)
     source: SourceRef | None = None
+    # From the sysfs tree only: the PCI function, its NUMA node and link, and whether its VPD says SW_MNG.
+    bus_id: str | None = None
+    numa_node: int | None = None
+    pcie_width: int | None = None
+    pcie_speed: str | None = None
+    management_port: bool | None = None
 
 
 @dataclass

@@ -41,6 +41,8 @@ class SysfsResult:
     root: str | None = None
     notes: list[str] = field(default_factory=list)  # what could not be known, one sentence each
     warnings: list[str] = field(default_factory=list)
+    # RDMA devices and peer-memory modules (k3diag.parse.sysfs_infiniband.SnapshotFabric), None when absent.
+    fabric: object | None = None
 
 
 def sniff(text: str) -> float:
@@ -88,6 +90,13 @@ def parse(section: Section, input_name: str) -> SysfsResult:
     groups = iommu.get("groups")
     if isinstance(groups, dict):
         result.iommu_groups = {str(k): (str(v) if v is not None else None) for k, v in groups.items()}
+    if "infiniband" in data or "peer_memory" in data:
+        from k3diag.parse.sysfs_infiniband import read as read_fabric
+
+        try:
+            result.fabric = read_fabric(data, input_name, result.root)
+        except Exception as exc:  # the PCI part stays usable
+            result.warnings.append(f"{input_name}: the RDMA part could not be read ({type(exc).__name__}: {exc})")
     return result
 
 

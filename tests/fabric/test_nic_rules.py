@@ -90,6 +90,7 @@ def test_gpus_far_from_every_nic() -> None:
 def test_gdr_not_possible_without_peer_memory() -> None:
     machine = machine_from("fabric/topo-m-4xh100-nv6-nic-pix-nccl1617.txt")
     machine.fabric.peer_memory.checked = True
+    machine.host.kernel = "5.4.0-150-generic"  # before DMA-BUF
     findings = run_rules(machine)
     [finding] = _by_id(findings, "gdr-not-possible")
     assert finding.severity == "fail"
@@ -112,3 +113,14 @@ def test_management_ports_are_not_counted_as_nics() -> None:
     assert "NIC3" not in {p.nic for p in report.pairs}
     # GPU3's only close NIC was the management port: it now has no NIC in reach.
     assert [f.subjects for f in _by_id(findings, "gpu-no-gdr-nic")] == [["GPU3"]]
+
+
+def test_peermem_missing_on_a_recent_kernel_is_a_warning_not_a_verdict() -> None:
+    machine = machine_from("fabric/topo-m-4xh100-nv6-nic-pix-nccl1617.txt")
+    machine.fabric.peer_memory.checked = True
+    machine.host.kernel = "6.8.0-45-generic"
+    findings = run_rules(machine)
+    assert not _by_id(findings, "gdr-not-possible")
+    [warning] = _by_id(findings, "gdr-peermem-missing")
+    assert warning.severity == "warn" and "DMA-BUF" in warning.title
+    assert "GPU0 -> NIC0 (PIX, GDR unknown)" in _by_id(findings, "gdr-nic-map")[0].title

@@ -182,6 +182,21 @@ def check_gdr(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
                     "/etc/modules-load.d), or use the open kernel modules on a kernel with DMA-BUF (5.12+) and "
                     "NCCL 2.13+; in Kubernetes enable the GPU Operator's `driver.rdma.enabled`."),
         )
+    if report.possible is None and peer.checked and not (peer.nvidia_peermem or peer.nv_peer_mem):
+        yield Finding(
+            id="gdr-peermem-missing",
+            severity="warn",
+            subjects=["host"],
+            title="No peer-memory module is loaded: GPUDirect RDMA depends on DMA-BUF",
+            explanation=(f"{report.possible_reason[0].upper()}{report.possible_reason[1:]}. If DMA-BUF is not "
+                         "usable either (proprietary kernel modules on an older kernel, NCCL before 2.13, a "
+                         "container without the DMA-BUF device), NCCL stages every multi-node transfer through host "
+                         "memory. NCCL prints `DMA-BUF is available on GPU device N` at INFO level when it is."),
+            evidence=peer.sources[:3],
+            confirm_with="lsmod | grep -e nvidia_peermem -e nv_peer_mem; uname -r; "
+                         "NCCL_DEBUG=INFO ./all_reduce_perf -g 1 2>&1 | grep -i -e dma-buf -e 'GPU Direct'",
+            remedy="`modprobe nvidia-peermem` (and load it at boot), or confirm DMA-BUF in NCCL's INFO output.",
+        )
     mapping: list[str] = []
     far: list = []
     for gpu in gpus:
@@ -255,6 +270,8 @@ RULES = (
     Rule("ib-mtu-mismatch", "warn", "Active RDMA ports disagree on MTU", _only("ib-mtu-mismatch", check_mtu_link_layer), kind="misconfiguration"),
     Rule("gdr-not-possible", "fail", "GPUDirect RDMA impossible: no peer-memory module or DMA-BUF",
          _only("gdr-not-possible", check_gdr), kind="misconfiguration"),
+    Rule("gdr-peermem-missing", "warn", "No peer-memory module; GPUDirect RDMA depends on DMA-BUF",
+         _only("gdr-peermem-missing", check_gdr), kind="misconfiguration"),
     Rule("gpu-no-gdr-nic", "info", "A GPU has no NIC within GPUDirect RDMA reach", _only("gpu-no-gdr-nic", check_gdr), kind="design"),
     Rule("gdr-nic-map", "info", "The NIC each GPU should use, and whether GPUDirect RDMA applies",
          _only("gdr-nic-map", check_gdr), kind="info"),
