@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from k3diag.model.machine import Machine
+from k3diag.model.amd_records import xgmi_hops_from_weight
 from k3diag.model.topology import Gpu, Link, gpu_index, nvlink_count, pair_key, path_rank
 
 # =====================================================================================================
@@ -327,7 +328,8 @@ def _per_link(name: str | None, table: tuple[tuple[str, float], ...], default: f
 
 
 def estimate_bandwidth(
-    path: str | None, p2p_ok: bool | None, same_numa: bool | None, gpu_a: Gpu | None, gpu_b: Gpu | None
+    path: str | None, p2p_ok: bool | None, same_numa: bool | None, gpu_a: Gpu | None, gpu_b: Gpu | None,
+    xgmi_hops: int | None = None,
 ) -> tuple[float | None, str]:
     """Per-direction GB/s a peer copy between two GPUs can expect from the link class alone."""
     pcie_a, basis_a = _pcie_gbs(gpu_a)
@@ -344,6 +346,9 @@ def estimate_bandwidth(
     elif path == "XGMI":
         per_link = _per_link(name, XGMI_GBS_BY_NAME, XGMI_GBS_DEFAULT)
         estimate, basis = per_link, f"xGMI link {per_link:g} GB/s"
+        if xgmi_hops and xgmi_hops > 1:
+            # AMD weight 15 per xGMI hop: a pair two links apart shares an intermediate GPU's links.
+            estimate, basis = per_link / xgmi_hops, f"xGMI {per_link:g} GB/s over {xgmi_hops} hops (weight)"
     elif path in PCIE_PATH_FACTOR:
         factor = PCIE_PATH_FACTOR[path]
         estimate, basis = pcie * factor, f"{pcie_basis} x {factor:g} for {path}"
@@ -389,7 +394,8 @@ def _pair_quality(machine: Machine, facts: _Facts, a: int, b: int) -> PairQualit
     if measured is not None:
         bandwidth, basis, is_measured = round(measured[0], 2), f"measured: {measured[1]}", True
     else:
-        bandwidth, basis = estimate_bandwidth(path, p2p_ok, same_numa, gpu_a, gpu_b)
+        bandwidth, basis = estimate_bandwidth(path, p2p_ok, same_numa, gpu_a, gpu_b,
+                                              xgmi_hops=xgmi_hops_from_weight(link.weight) if link else None)
         is_measured = False
     key = pair_key(f"GPU{a}", f"GPU{b}")
     blind = (path is not None and nvlink_count(path) is None and key not in facts.nvlink_seen

@@ -12,7 +12,7 @@ becomes a warning on the input.
 
 from __future__ import annotations
 
-from k3diag.model.amd_records import AmdGpuFact, AmdPairFact, AmdTopology
+from k3diag.model.amd_records import AmdGpuFact, AmdPairFact, AmdTopology, link_type_from_weight
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.source import MAX_SOURCES_PER_RECORD
 from k3diag.model.topology import Gpu, Link, P2PStatus
@@ -27,6 +27,10 @@ def merge_rocm_smi(result: AmdTopology, machine: Machine, record: InputRecord) -
 
 def merge_amd_smi(result: AmdTopology, machine: Machine, record: InputRecord) -> None:
     _merge(result, machine, record, origin="amd-smi-topology")
+
+
+def merge_amd_smi_static(result: AmdTopology, machine: Machine, record: InputRecord) -> None:
+    _merge(result, machine, record, origin="amd-smi-static-bus")
 
 
 def merge_amdsmi(result: AmdTopology, machine: Machine, record: InputRecord) -> None:
@@ -158,6 +162,9 @@ def _merge_link(
     link_type = forward.link_type or (reverse.link_type if reverse else None)
     hops = forward.hops if forward.hops is not None else (reverse.hops if reverse else None)
     weight = forward.weight if forward.weight is not None else (reverse.weight if reverse else None)
+    if link_type is None and weight is not None:
+        # No LINK TYPE table (rocm-smi --showtopoweight, a cut paste): the weight says it (15 per xGMI hop).
+        link_type = link_type_from_weight(weight)
     if reverse is not None and forward.link_type and reverse.link_type and forward.link_type != reverse.link_type:
         record.warnings.append(
             f"GPU{low}/GPU{high}: the two directions disagree on the link type "

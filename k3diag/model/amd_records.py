@@ -20,6 +20,32 @@ LINK_TYPE_ALIASES: dict[str, str] = {
 }
 
 
+# amd-smi/rocm-smi link weights (rocm-systems#7372): 15 per xGMI hop, 20 per PCIe segment. HOPS prints 1 for
+# every pair inside one xGMI fabric, even pairs two xGMI links apart (MI250X GCDs), so the weight is the signal.
+XGMI_HOP_WEIGHT = 15
+PCIE_SEGMENT_WEIGHT = 20
+
+
+def link_type_from_weight(weight: int | None) -> str | None:
+    """XGMI or PCIE as the weight alone says it; None when it cannot tell (0, 60, or anything else)."""
+    if not weight or weight <= 0:
+        return None
+    xgmi = weight % XGMI_HOP_WEIGHT == 0
+    pcie = weight % PCIE_SEGMENT_WEIGHT == 0
+    if xgmi and not pcie:
+        return "XGMI"
+    if pcie and not xgmi:
+        return "PCIE"
+    return None
+
+
+def xgmi_hops_from_weight(weight: int | None) -> int | None:
+    """How many xGMI links a pair's traffic crosses (weight 15 -> 1, 30 -> 2); None when the weight is not xGMI's."""
+    if not weight or weight % XGMI_HOP_WEIGHT != 0:
+        return None
+    return weight // XGMI_HOP_WEIGHT
+
+
 def normalize_link_type(text: str | None) -> str | None:
     """XGMI or PCIE, or None for SELF, N/A, UNKNOWN and anything else."""
     if text is None:

@@ -95,6 +95,8 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r"between two GPUs|Numa", start=("ROCm System Management Interface",)),
     FormatSpec("amd-smi-topology", "k3diag.parse.amd_smi", "k3diag.join.merge_amd:merge_amd_smi",
                hint=r"TABLE:|link_accessibility|link_type|num_hops|link_status|numa_bandwidth", start=("ACCESS TABLE:",)),
+    FormatSpec("amd-smi-static-bus", "k3diag.parse.amd_smi_static", "k3diag.join.merge_amd:merge_amd_smi_static",
+               hint=r"MAX_PCIE_(?:WIDTH|LANES|SPEED)"),
     FormatSpec("rocm-bandwidth-test", "k3diag.parse.rocm_bandwidth", "k3diag.join.merge_bench:merge_benchmark",
                hint=r"RocmBandwidthTest|bandwidth GB/s", start=("RocmBandwidthTest Version:",)),
     FormatSpec("amdsmi-readings", "k3diag.parse.amdsmi_readings", "k3diag.join.merge_amd:merge_amdsmi",
