@@ -22,8 +22,33 @@ from k3diag.parse.text import Section, normalize
 # A line that begins a `topo -m` (or `topo -p2p`, which prints the same header) output: the
 # header row, possibly glued to the command line that printed it.
 START_RE = re.compile(
-    r"^\s*(?:.*\bnvidia-smi(?:\.exe)?\s+topo\s+\S+\s+)?GPU0\s+(?:GPU1|NIC0|mlx\d+_\d+|CPU\s+Affinity)\b"
+    r"^\s*(?:.*\bnvidia-smi(?:\.exe)?\s+topo\s+\S+\s+)?GPU0\s*(?:GPU1|NIC0|mlx\d+_\d+|CPU\s+Affinity)\b"
 )
+# A header whose tabs were lost in the paste: `GPU0GPU1GPU2...mlx5_0\tCPU Affinity` (rows keep theirs).
+_GLUED_RE = re.compile(r"GPU\d+(?=GPU|NIC|mlx|CPU|NUMA)|(?:NIC\d+|mlx\d+_\d+)(?=GPU|NIC|mlx|CPU|NUMA)|Affinity(?=\S)")
+_GLUE_POINT_RE = re.compile(r"(?<=[0-9])(?=(?:GPU|NIC|mlx|CPU|NUMA))|(?<=Affinity)(?=\S)")
+
+
+_QUOTE_RE = re.compile(r"^\s*(?:>\s?)+")
+
+
+def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:
+    """Lines of an output quoted in an e-mail reply (`> GPU0 X OK ...`) without the `> ` marks.
+
+    Only when most non-blank lines carry the mark, so a lone `> nvidia-smi topo -m` prompt stays a prompt.
+    The line count is kept, so line numbers still point into the file."""
+    filled = [line for line in lines if line.strip()]
+    quoted = [line for line in filled if _QUOTE_RE.match(line)]
+    if len(quoted) < 3 or len(quoted) * 5 < len(filled) * 3:
+        return lines, False
+    return [_QUOTE_RE.sub("", line, count=1) if _QUOTE_RE.match(line) else line for line in lines], True
+
+
+def unglue_header(line: str) -> str:
+    """Put back the separators a paste dropped between header names; rows and other lines are unchanged."""
+    if "GPU0" not in line or _GLUED_RE.search(line) is None:
+        return line
+    return _GLUE_POINT_RE.sub(" ", line)
 
 TOPOLOGY_CODES = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "PSB"})
 P2P_CODES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
@@ -120,6 +145,7 @@ def find_header(lines: list[str], start: int = 0) -> MatrixHeader | None:
 
 
 def parse_header_line(line: str) -> tuple[list[str], list[str]] | None:
+    line = unglue_header(line)
     match = re.search(r"(?<!\S)GPU0(?!\S)", line)
     if match is None:
         return None
@@ -163,7 +189,7 @@ def bare_command(lines: list[str]) -> str | None:
 
 
 def sniff(text: str) -> float:
-    lines = normalize(text[:100_000]).split("\n")[:400]
+    lines, _ = unquote_reply(normalize(text[:100_000]).split("\n")[:400])
     header = find_header(lines)
     if header is None:
         return 0.0
@@ -197,10 +223,13 @@ def sniff(text: str) -> float:
 
 def parse(section: Section, input_name: str) -> TopoMatrixResult:
     result = TopoMatrixResult()
-    lines = normalize(section.text).split("\n")
+    raw_lines = normalize(section.text).split("\n")
+    lines, quoted = unquote_reply(raw_lines)
+    if quoted:
+        result.warnings.append("the output was quoted in a reply (`> ` before each line); read without the marks")
 
     def ref(index: int) -> SourceRef:
-        return SourceRef(input_name, section.first_line + index, lines[index].rstrip())
+        return SourceRef(input_name, section.first_line + index, raw_lines[index].rstrip())
 
     header = find_header(lines)
     if header is None:
@@ -212,6 +241,10 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
     result.columns = header.columns
     result.trailing_labels = header.trailing_labels
     result.header_source = ref(header.line_index)
+    if unglue_header(lines[header.line_index]) != lines[header.line_index]:
+        result.warnings.append(
+            f"line {section.first_line + header.line_index}: the header's separators were lost in the paste "
+            f"(`{' '.join(lines[header.line_index].split())[:40]}...`); read as {' '.join(header.columns)}")
 
     index = header.line_index + 1
     skipped = 0

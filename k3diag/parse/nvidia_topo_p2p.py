@@ -20,6 +20,7 @@ from k3diag.parse.nvidia_topo_matrix import (
     bare_command,
     find_header,
     parse_header_line,
+    unquote_reply,
 )
 from k3diag.parse.text import Section, normalize
 
@@ -89,7 +90,7 @@ def capability_from_command(command: str | None) -> str | None:
 
 
 def sniff(text: str) -> float:
-    lines = normalize(text[:50_000]).split("\n")[:200]
+    lines, _ = unquote_reply(normalize(text[:50_000]).split("\n")[:200])
     header = find_header(lines)
     if header is None:
         header_index = next((i for i, line in enumerate(lines) if re.match(r"^\s*GPU0\s*$", line)), None)
@@ -129,10 +130,13 @@ def sniff(text: str) -> float:
 
 def parse(section: Section, input_name: str) -> TopoP2PResult:
     result = TopoP2PResult()
-    lines = normalize(section.text).split("\n")
+    raw_lines = normalize(section.text).split("\n")
+    lines, quoted = unquote_reply(raw_lines)
+    if quoted:
+        result.warnings.append("the output was quoted in a reply (`> ` before each line); read without the marks")
 
     def ref(index: int) -> SourceRef:
-        return SourceRef(input_name, section.first_line + index, lines[index].rstrip())
+        return SourceRef(input_name, section.first_line + index, raw_lines[index].rstrip())
 
     _find_capability(section, lines, result)
 
