@@ -97,6 +97,10 @@ class NvmlBackend(Protocol):
 
     def p2p_status(self, a: int, b: int, capability_index: int) -> int: ...  # topo -p2p cell
 
+    # nvidia-smi -q Fabric block: {state, status, clique_id, cluster_uuid, health_summary, health_mask} as the
+    # strings nvidia-smi prints (nvmlDeviceGetGpuFabricInfoV where the library has it, else the v1 call).
+    def gpu_fabric_info(self, index: int) -> dict: ...
+
 
 def _read(call: Callable[[], T]) -> T | None:
     """One NVML call; any failure (not supported, no permission, GPU lost) reads as unknown."""
@@ -265,7 +269,14 @@ def _read_device(backend: NvmlBackend, index: int) -> dict[str, Any]:
         "performance_state": f"P{pstate}" if pstate is not None and pstate != PSTATE_UNKNOWN else None,
         "memory_total_mib": memory // (1024 * 1024) if memory is not None else None,
         "nvlinks": nvlinks,
+        **_fabric(backend, index),
     }
+
+
+def _fabric(backend: NvmlBackend, index: int) -> dict[str, Any]:
+    """The GPU's fabric registration, only where NVML has it (recordings without it stay byte-identical)."""
+    info = _read(lambda: backend.gpu_fabric_info(index))
+    return {"fabric": info} if isinstance(info, dict) else {}
 
 
 def _pair_nvlinks(a: dict, b: dict, bus_to_index: dict[str, int]) -> int | None:
@@ -411,6 +422,56 @@ class PynvmlBackend:
 
     def p2p_status(self, a: int, b: int, capability_index: int) -> int:
         return int(self._nvml.nvmlDeviceGetP2PStatus(self._handle(a), self._handle(b), capability_index))
+
+    def gpu_fabric_info(self, index: int) -> dict:
+        nvml, handle = self._nvml, self._handle(index)
+        info = None
+        # V (driver 550+) adds the health mask and summary; calling it on older drivers fails cleanly here
+        # (pynvml looks the symbol up at call time) and the v1 call answers instead.
+        for struct_name, call in (("c_nvmlGpuFabricInfo_v3_t", "nvmlDeviceGetGpuFabricInfoV"),
+                                  ("c_nvmlGpuFabricInfo_t", "nvmlDeviceGetGpuFabricInfo")):
+            struct, function = getattr(nvml, struct_name, None), getattr(nvml, call, None)
+            if struct is None or function is None:
+                continue
+            try:
+                candidate = struct()
+                function(handle, candidate)
+                info = candidate
+                break
+            except Exception:
+                continue
+        if info is None:
+            raise NvmlUnavailable("no GPU fabric info")
+        return fabric_info_text(nvml, info)
+
+
+def _error_name(nvml: Any, code: int) -> str:
+    """NVML_ERROR_INSUFFICIENT_RESOURCES -> "Insufficient Resources", as nvidia-smi -q prints it (no driver call)."""
+    for name in dir(nvml):
+        if name.startswith("NVML_ERROR_") and getattr(nvml, name) == code:
+            return name[len("NVML_ERROR_"):].replace("_", " ").title()
+    return str(code)
+
+
+def fabric_info_text(nvml: Any, info: Any) -> dict:
+    """A fabric info struct as nvidia-smi -q prints its Fabric block."""
+    states = {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}
+    summaries = {0: "Not Supported", 1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
+    status = int(getattr(info, "status", 0))
+    status_text = "Success" if status == 0 else _error_name(nvml, status)
+    uuid_bytes = bytes(getattr(info, "clusterUuid", b"") or b"")
+    hexed = uuid_bytes.hex()
+    cluster = f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:32]}" if len(hexed) >= 32 else None
+    state = int(getattr(info, "state", 0))
+    summary = getattr(info, "healthSummary", None)
+    return {
+        "state": states.get(state, str(state)),
+        "status": status_text if state == 3 else None,  # NVML: status is meaningful only once completed
+        "clique_id": int(getattr(info, "cliqueId", 0)),
+        "cluster_uuid": cluster,
+        "health_summary": summaries.get(int(summary), str(summary)) if summary is not None else None,
+        "health_mask": int(getattr(info, "healthMask")) if hasattr(info, "healthMask") else None,
+    }
 
 
 def _text(value: Any) -> str:
@@ -560,6 +621,9 @@ class FakeNvmlBackend:
     def nvlink_remote_type(self, index: int, link: int) -> int:
         kinds = {name: number for number, name in NVLINK_REMOTE_TYPE.items()}
         return self._value("nvlink_remote_type", kinds.get(self._link(index, link).get("remote_type")))
+
+    def gpu_fabric_info(self, index: int) -> dict:
+        return self._value("gpu_fabric_info", self._device(index).get("fabric"))
 
     def p2p_status(self, a: int, b: int, capability_index: int) -> int:
         names = {number: name for name, number in P2P_CAPABILITY_INDEX.items()}

@@ -171,3 +171,41 @@ def merge_sysfs_fabric(result: Any, machine: Machine, record: InputRecord) -> No
         peer.nv_peer_mem = peer.nv_peer_mem or result.peer_memory.get("nv_peer_mem") or \
             result.peer_memory.get("nv_peer_mem_nc")
         peer.sources.extend(result.peer_memory_sources)
+
+
+_NVML_REMOTE = {"gpu": "GPU", "switch": "NVSwitch", "ibmnpu": "CPU"}
+
+
+def merge_nvml_fabric(result: Any, machine: Machine, record: InputRecord) -> None:
+    """NVML per-link state and remote device type, and the fabric registration (nvmlDeviceGetGpuFabricInfoV)."""
+    from k3diag.model.fabric import NvLinkReading
+
+    for device in result.devices:
+        gpu = machine.gpu_by_bus_id(device.bus_id) if device.bus_id else machine.gpus.get(device.index)
+        index = gpu.index if gpu is not None else device.index
+        for link in device.nvlinks:
+            number = link.get("link")
+            active = link.get("active")
+            remote = link.get("remote_bus_id")
+            text = (f"nvmlDeviceGetNvLinkState(GPU{index}, link {number}) = "
+                    f"{'NVML_FEATURE_ENABLED' if active else 'NVML_FEATURE_DISABLED'}"
+                    + (f", remote {remote} ({link.get('remote_type')})" if remote else ""))
+            ref = SourceRef(device.source.input if device.source else record.path, None, text)
+            machine.fabric.add_nvlink(NvLinkReading(
+                gpu=index, link=int(number), active=bool(active) if active is not None else None,
+                remote_type=_NVML_REMOTE.get(str(link.get("remote_type"))), origin="nvml",
+                remote_bus_id=normalize_bdf(remote) if isinstance(remote, str) else None, source=ref))
+        if device.fabric:
+            info = device.fabric
+            text = ", ".join(f"{key}={info.get(key)}" for key in ("state", "status", "clique_id", "cluster_uuid",
+                                                                   "health_summary") if info.get(key) is not None)
+            ref = SourceRef(device.source.input if device.source else record.path, None,
+                            f"nvmlDeviceGetGpuFabricInfoV(GPU{index}): {text}")
+            clique = info.get("clique_id")
+            state = GpuFabricState(
+                gpu=index, state=info.get("state") if info.get("state") not in ("N/A", None) else None,
+                status=info.get("status"), clique_id=clique if isinstance(clique, int) else None,
+                cluster_uuid=info.get("cluster_uuid"), health_summary=info.get("health_summary"), origin="nvml")
+            for key in ("state", "status", "clique_id", "cluster_uuid", "health_summary", "block"):
+                state.sources[key] = ref
+            put_gpu_fabric(machine, index, state, record)

@@ -171,6 +171,9 @@ def merge_nvml(result: Any, machine: Machine, record: InputRecord) -> None:
     for pair in result.pairs:
         a, b = pair_key(f"GPU{pair.a}", f"GPU{pair.b}")
         machine.add_link(Link(a=a, b=b, path=pair.path, origin="nvml", source=pair.source))
+    from k3diag.join.merge_fabric import merge_nvml_fabric
+
+    merge_nvml_fabric(result, machine, record)
     for reading in result.p2p:
         machine.p2p.append(
             P2PStatus(

@@ -40,6 +40,9 @@ class NvmlDevice:
     nvlinks_total: int | None = None
     source: SourceRef | None = None
     pcie_source: SourceRef | None = None
+    # Per link {link, active, remote_bus_id, remote_type} and the fabric registration, as recorded.
+    nvlinks: list[dict] = field(default_factory=list)
+    fabric: dict | None = None
 
 
 @dataclass
@@ -177,6 +180,8 @@ def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:
         nvlinks_active=sum(1 for link in links if isinstance(link, dict) and link.get("active")) if links else None,
         nvlinks_total=len(links) if links else None,
     )
+    device.nvlinks = [link for link in links if isinstance(link, dict) and _int(link.get("link")) is not None]
+    device.fabric = raw.get("fabric") if isinstance(raw.get("fabric"), dict) else None
     device.source = cite(f"NVML device {index}: {device.name} at {device.bus_id}")
     device.pcie_source = cite(
         f"GPU{index} nvmlDeviceGetCurrPcieLinkGeneration={device.gen_current} "
