@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, AuditReport
+from k3diag.render.escape import escape_terminal as _t
 
 _STYLE = {PASS: "bold green", WARN: "bold yellow", FAIL: "bold red", UNKNOWN: "bold bright_black"}
 
@@ -24,8 +25,12 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
         stream.write(render_plain(report, verbose=verbose))
         return
     from rich.console import Console
-    from rich.markup import escape
+    from rich.markup import escape as _markup
     from rich.table import Table
+
+    def escape(text: object) -> str:
+        # Bundle text never reaches the terminal as an escape sequence, nor as rich markup.
+        return _markup(_t(text))
 
     console = Console(file=stream, highlight=False, soft_wrap=False)
     console.print(f"[bold]Vendor audit:[/bold] {escape(report.source)}")
@@ -65,23 +70,26 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
 
 
 def render_plain(report: AuditReport, verbose: bool = True) -> str:
-    lines = [f"Vendor audit: {report.source}", report.verdict_sentence(), ""]
+    # Every string that can carry bundle text is shown with its control characters escaped (`\x1b`):
+    # piped output is still read on a terminal, by `less -R` or `cat`.
+    lines = [f"Vendor audit: {_t(report.source)}", _t(report.verdict_sentence()), ""]
     for number, answer in enumerate(report.answers, start=1):
-        lines.append(f"{number:>2}. [{answer.verdict}] {answer.question}")
-        lines.append(f"    {answer.summary}")
+        lines.append(f"{number:>2}. [{answer.verdict}] {_t(answer.question)}")
+        lines.append(f"    {_t(answer.summary)}")
         if verbose:
             for line in answer.details[:12]:
-                lines.append(f"      {line}")
+                lines.append(f"      {_t(line)}")
             for ref in answer.evidence[:4]:
-                lines.append(f"      > {ref.cite()}")
+                lines.append(f"      > {_t(ref.cite())}")
         if answer.request:
-            lines.append(f"    run: {answer.request}")
+            lines.append(f"    run: {_t(answer.request)}")
     if report.spec:
-        lines += ["", f"Purchase spec ({report.spec_path}):"]
+        lines += ["", f"Purchase spec ({_t(report.spec_path)}):"]
         for check in report.spec:
-            lines.append(f"  [{check.verdict}] {check.item}: expected {check.expected}; delivered {check.actual}")
+            lines.append(f"  [{check.verdict}] {_t(check.item)}: expected {_t(check.expected)}; delivered "
+                         f"{_t(check.actual)}")
             if check.request:
-                lines.append(f"      run: {check.request}")
+                lines.append(f"      run: {_t(check.request)}")
     if report.warnings:
-        lines += ["", f"{len(report.warnings)} warning(s):"] + [f"  - {w}" for w in report.warnings[:50]]
+        lines += ["", f"{len(report.warnings)} warning(s):"] + [f"  - {_t(w)}" for w in report.warnings[:50]]
     return "\n".join(lines) + "\n"

@@ -41,31 +41,47 @@ def register(app: typer.Typer) -> None:
                 message = str(exc).split("; or pass --config")[0].rstrip(".")
                 typer.echo(f"k3diag audit: {message}.", err=True)
                 raise typer.Exit(2) from None
+        import os
+
+        from k3diag.exit_codes import EXIT_USAGE
+        from k3diag.render.escape import safe_message
+        from k3diag.render.output import encode_text, write_text_atomic
+
+        if not os.path.lexists(bundle):
+            typer.echo(f"k3diag audit: {safe_message(os.path.abspath(bundle))} does not exist; check the path", err=True)
+            raise typer.Exit(EXIT_USAGE)
         try:
             report = audit_bundle(bundle, model=model, spec_path=expect)
         except BundleError as exc:
-            typer.echo(f"k3diag audit: {exc}", err=True)
+            typer.echo(f"k3diag audit: {safe_message(exc)}", err=True)
             raise typer.Exit(3) from None
         except SpecError as exc:
-            typer.echo(f"k3diag audit: {exc}", err=True)
+            typer.echo(f"k3diag audit: {safe_message(exc)}", err=True)
             raise typer.Exit(2) from None
         written: list[str] = []
         try:
             if html is not None:
                 from k3diag.audit.html import render_html
 
-                html.write_text(render_html(report), encoding="utf-8")
+                write_text_atomic(html, render_html(report))  # never a 0-byte or half report
                 written.append(str(html))
             if md is not None:
                 from k3diag.audit.markdown import render_markdown
 
-                md.write_text(render_markdown(report), encoding="utf-8")
+                write_text_atomic(md, render_markdown(report))
                 written.append(str(md))
         except OSError as exc:
             typer.echo(f"k3diag audit: could not write the report ({exc.strerror or exc}); check the path", err=True)
             raise typer.Exit(2) from None
         if as_json:
-            sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False, default=str) + "\n")
+            text = json.dumps(report.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
+            sys.stdout.flush()
+            buffer = getattr(sys.stdout, "buffer", None)
+            if buffer is not None:  # always valid UTF-8, whatever the locale or a stray surrogate
+                buffer.write(encode_text(text))
+                buffer.flush()
+            else:
+                sys.stdout.write(text)
         else:
             from k3diag.audit.terminal import render_terminal
 

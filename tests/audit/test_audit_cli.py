@@ -77,7 +77,7 @@ def test_reports_are_written(tmp_path: Path) -> None:
     assert " 1. [FAIL] Does every GPU run at PCIe x16" in result.stdout
     page = html.read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page.lower()
-    assert md.read_text().startswith("# Vendor audit: bad-8x-pcie-dual-socket")
+    assert md.read_text().startswith("# Vendor audit: `bad-8x-pcie-dual-socket`")
     assert "Kimi K3" in page  # the advise answer for --model k3
 
 

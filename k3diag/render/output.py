@@ -1,0 +1,37 @@
+"""Writing a report file: never half-written, never a crash over one undecodable character.
+
+A report is written to a temporary file beside its final name and renamed into place, so an
+error, a full disk, Ctrl-C or SIGTERM leaves either the old file or the new one, never a 0-byte or
+cut report. Text is encoded so that it cannot fail: a lone surrogate (an undecodable byte that got
+through as `surrogateescape`) is written as `\\udcff`, not raised as UnicodeEncodeError.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def encode_text(text: str) -> bytes:
+    """UTF-8 that always succeeds: lone surrogates become their `\\uXXXX` escape."""
+    return text.encode("utf-8", errors="backslashreplace")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename; raises OSError with nothing left behind."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    data = encode_text(text)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
