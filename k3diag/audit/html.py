@@ -12,6 +12,7 @@ from html import escape
 
 from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer, AuditReport
 from k3diag.audit.svg import render_svg
+from k3diag.render.escape import escape_terminal
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 _BADGE = {PASS: "pass", WARN: "warn", FAIL: "fail", UNKNOWN: "unknown"}
@@ -55,7 +56,8 @@ footer{padding:10px 24px 30px 24px;color:#78909c;font-size:12px}
 
 
 def _e(text: object) -> str:
-    return escape(str(text), quote=True)
+    # Control characters from the bundle are shown as `\x1b`, never written into the page.
+    return escape(escape_terminal(text, multiline=True), quote=True)
 
 
 def _answer_html(answer: Answer) -> str:

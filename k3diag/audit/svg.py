@@ -34,7 +34,9 @@ _KIND_ORDER = {"root": 0, "bridge": 1, "switch": 2, "gpu": 3, "nic": 4}
 
 
 def _t(text: object) -> str:
-    return escape(str(text), quote=True)
+    from k3diag.render.escape import escape_terminal
+
+    return escape(escape_terminal(text), quote=True)  # control characters from the bundle shown, not written
 
 
 def render_svg(data: dict) -> str:

@@ -24,7 +24,6 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
     if not use_colour(stream):
         stream.write(render_plain(report, verbose=verbose))
         return
-    from rich.console import Console
     from rich.markup import escape as _markup
     from rich.table import Table
 
@@ -32,7 +31,9 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
         # Bundle text never reaches the terminal as an escape sequence, nor as rich markup.
         return _markup(_t(text))
 
-    console = Console(file=stream, highlight=False, soft_wrap=False)
+    from k3diag.render.escape import safe_console
+
+    console = safe_console(file=stream, highlight=False, soft_wrap=False)
     console.print(f"[bold]Vendor audit:[/bold] {escape(report.source)}")
     console.print(f"[{_STYLE[report.verdict]}]{escape(report.verdict_sentence())}[/]")
     table = Table(show_lines=False, expand=True)

@@ -69,3 +69,27 @@ def for_rich(text: object, multiline: bool = False) -> str:
 def safe_message(text: object) -> str:
     """An error or warning sentence that quotes input, for stderr: multiline kept, controls escaped."""
     return escape_terminal(text, multiline=True)
+
+
+_SAFE_CONSOLE: type | None = None
+
+
+def safe_console(**kwargs):
+    """A rich `Console` that shows control characters in every piece of text it prints escaped
+    (`\\x1b`), whatever path the text took (a table cell, a `Text`, a markup string), while its own
+    colour and cursor codes still go out: the filter sits where rich turns text segments into output,
+    and rich's own control segments are left alone."""
+    global _SAFE_CONSOLE
+    if _SAFE_CONSOLE is None:
+        from rich.console import Console
+        from rich.segment import Segment
+
+        class SafeConsole(Console):
+            def _render_buffer(self, buffer):  # type: ignore[override]
+                return super()._render_buffer(
+                    Segment(escape_terminal(segment.text, multiline=True), segment.style, segment.control)
+                    if not segment.control and has_unsafe(segment.text, multiline=True) else segment
+                    for segment in buffer)
+
+        _SAFE_CONSOLE = SafeConsole
+    return _SAFE_CONSOLE(**kwargs)
