@@ -56,7 +56,7 @@ def chaos(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
         f"#!{sys.executable}\n"
         "import atexit, os, resource, sys\n"
         "atexit.register(lambda: open(os.environ['RSS_FILE'], 'w').write(\n"
-        "    str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+        "    str(int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]))))\n"
         "from k3diag.cli import main\n"
         "sys.exit(main())\n")
     script.chmod(0o755)
