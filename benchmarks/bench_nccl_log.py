@@ -116,9 +116,13 @@ def _coll_lines(rng: random.Random, nranks: int, steps: int) -> list[str]:
     return lines
 
 
-def generate(path: Path, size_mb: int, seed: int = 7, nodes: int = NODES, coll_per_rank: int = 200) -> dict:
+def generate(path: Path, size_mb: float, seed: int = 7, nodes: int = NODES, coll_per_rank: int = 200,
+             interleave: bool = True) -> dict:
+    """A log of `size_mb` MiB. `interleave=False` writes each rank's init block whole (per-rank
+    `NCCL_DEBUG_FILE`s concatenated, or a launcher that buffers by line group); True mixes ranks a
+    few lines at a time, the way a merged multi-process stdout looks."""
     rng = random.Random(seed)
-    target = size_mb * 1024 * 1024
+    target = int(size_mb * 1024 * 1024)
     nranks = nodes * GPUS_PER_NODE
     written = 0
     jobs = 0
@@ -133,7 +137,7 @@ def generate(path: Path, size_mb: int, seed: int = 7, nodes: int = NODES, coll_p
             while live:
                 r = rng.choice(live)
                 lines = per_rank[r]
-                take = rng.randint(1, 6)
+                take = rng.randint(1, 6) if interleave else len(lines)
                 chunk = lines[cursors[r]:cursors[r] + take]
                 cursors[r] += take
                 buf.extend(chunk)

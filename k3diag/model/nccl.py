@@ -34,6 +34,13 @@ def transport_of(via: str) -> str | None:
 
 @dataclass
 class NcclConnection:
+    """Every connection line of one communicator for one (src, dst, via, direction), folded.
+
+    A 32-channel ring prints the same pair 32 times; it is one record here, with the channels it
+    covered (`channel` is the first of them, as the report contract names it) and the first line
+    as evidence. `lines` counts distinct (channel, connIndex) lines: what `transport_counts` sums.
+    """
+
     channel: int | None
     src_rank: int
     dst_rank: int
@@ -41,6 +48,12 @@ class NcclConnection:
     transport: str  # P2P | SHM | NET
     direction: str | None = None  # send | receive | None
     source: SourceRef | None = None
+    channels: list[int] = field(default_factory=list)
+    lines: int = 1
+
+    @property
+    def channel_count(self) -> int:
+        return len(self.channels) or (1 if self.channel is not None else 0)
 
     def to_json(self) -> dict:
         return {
@@ -50,6 +63,10 @@ class NcclConnection:
             "via": self.via,
             "transport": self.transport,
             "direction": self.direction,
+            "channels": list(self.channels),
+            "channel_count": self.channel_count,
+            "lines": self.lines,
+            "first": self.source.to_json() if self.source else None,
         }
 
     @property
@@ -192,15 +209,71 @@ class NcclGdr:
     reason: str | None  # "distance 5 > 4", "no module"
     host: str | None = None
     source: SourceRef | None = None
+    # per-HCA lines (`GPU Direct RDMA Enabled for HCA 0 'mlx5_0'`): NCCL's HCA index; `hca` is its name
+    hca_index: int | None = None
+
+    @property
+    def per_hca(self) -> bool:
+        """A per-HCA verdict (`... for HCA n 'name'`), not one for a GPU/HCA pair."""
+        return self.gpu_bus_id is None and self.hca_index is not None
 
     def to_json(self) -> dict:
         return {
             "enabled": self.enabled,
             "gpu_bus_id": self.gpu_bus_id,
             "hca": self.hca,
+            "hca_index": self.hca_index,
             "reason": self.reason,
             "host": self.host,
         }
+
+
+@dataclass
+class NcclDmaBuf:
+    """NCCL's DMA-BUF verdicts (`DMA-BUF is available on GPU device 0`, `... DMA-BUF enabled for HCA 0 'mlx5_0'`)."""
+
+    enabled: bool
+    hca: str | None = None  # HCA name when the line names one
+    gpu: int | None = None  # CUDA device when the line names one
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"enabled": self.enabled, "hca": self.hca, "gpu": self.gpu, "host": self.host}
+
+
+@dataclass
+class NcclChannelCounts:
+    """`16 coll channels, 0 collnet channels, 0 nvls channels, 16 p2p channels, 2 p2p channels per peer`."""
+
+    coll: int
+    collnet: int | None
+    nvls: int | None
+    p2p: int
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"coll": self.coll, "collnet": self.collnet, "nvls": self.nvls, "p2p": self.p2p, "host": self.host}
+
+
+@dataclass
+class NcclMnnvlHealth:
+    """A multi-node NVLink fabric health mask NCCL printed (`healthMask 0xaa`); 0x0 is healthy."""
+
+    mask: str
+    host: str | None = None
+    source: SourceRef | None = None
+
+    @property
+    def healthy(self) -> bool:
+        try:
+            return int(self.mask, 16) == 0
+        except ValueError:
+            return False
+
+    def to_json(self) -> dict:
+        return {"mask": self.mask, "healthy": self.healthy, "host": self.host}
 
 
 @dataclass
@@ -276,13 +349,21 @@ class NcclRun:
     env_sources: dict[str, SourceRef] = field(default_factory=dict)
     version_source: SourceRef | None = None
     nodes_reported: int | None = None  # `nNodes` from the comm line, when NCCL printed it
-    # Connections seen but not kept (the per-run cap keeps memory bounded on huge logs).
+    # Connection lines seen but not kept: beyond the per-instance bound on distinct peers (counted).
     connections_dropped: int = 0
+    channel_counts: list[NcclChannelCounts] = field(default_factory=list)
+    dmabuf: list[NcclDmaBuf] = field(default_factory=list)
+    mnnvl_health: list[NcclMnnvlHealth] = field(default_factory=list)
+    # where each env value came from: "log" (NCCL's `X set by environment to Y`) or "command-line"
+    env_origin: dict[str, str] = field(default_factory=dict)
+    # hosts named only on NCCL lines without a rank (Bootstrap, NET/IB, WARN...), with their first line
+    hosts_unranked: list[str] = field(default_factory=list)
+    hosts_sources: dict[str, SourceRef] = field(default_factory=dict)
 
     def transport_counts(self) -> dict[str, int]:
         counts = {"P2P": 0, "SHM": 0, "NET": 0}
         for conn in self.connections:
-            counts[conn.transport] = counts.get(conn.transport, 0) + 1
+            counts[conn.transport] = counts.get(conn.transport, 0) + conn.lines
         return counts
 
     def rank_info(self, rank: int) -> NcclRank | None:
@@ -319,4 +400,64 @@ class NcclRun:
             "messages": [m.to_json() for m in self.messages],
             "nodes_reported": self.nodes_reported,
             "connections_dropped": self.connections_dropped,
+            "channel_counts": [c.to_json() for c in self.channel_counts],
+            "dmabuf": [d.to_json() for d in self.dmabuf],
+            "mnnvl_health": [h.to_json() for h in self.mnnvl_health],
+            "env_origin": dict(self.env_origin),
+            "hosts_unranked": list(self.hosts_unranked),
+        }
+
+
+@dataclass
+class NcclRunSummary:
+    """A communicator reported by counters only (beyond the `DETAIL_RUNS` kept in full): exact figures."""
+
+    comm_id: str | None
+    nranks: int | None
+    nodes: int | None
+    hosts: int
+    transport_counts: dict[str, int]
+    pairs: int  # distinct (src, dst, via, direction) records
+    input: str | None = None
+
+    def shape(self) -> tuple:
+        return (self.nranks, self.nodes, self.hosts, tuple(sorted(self.transport_counts.items())), self.pairs)
+
+
+@dataclass
+class NcclSummary:
+    """What a log held beyond the runs reported in full: how many, and their counters grouped by shape."""
+
+    runs_total: int = 0
+    runs_detailed: int = 0
+    detail_limit: int = 0
+    summaries: list[NcclRunSummary] = field(default_factory=list)
+
+    @property
+    def runs_summarized(self) -> int:
+        return len(self.summaries)
+
+    def to_json(self) -> dict:
+        groups: dict[tuple, dict] = {}
+        for item in self.summaries:
+            group = groups.get(item.shape())
+            if group is None:
+                group = groups[item.shape()] = {
+                    "count": 0, "nranks": item.nranks, "nodes": item.nodes, "hosts": item.hosts,
+                    "transport_counts": dict(item.transport_counts), "pairs": item.pairs, "comm_ids": [],
+                }
+            group["count"] += 1
+            if item.comm_id and len(group["comm_ids"]) < 8:
+                group["comm_ids"].append(item.comm_id)
+        totals = {"P2P": 0, "SHM": 0, "NET": 0}
+        for item in self.summaries:
+            for name, number in item.transport_counts.items():
+                totals[name] = totals.get(name, 0) + number
+        return {
+            "runs_total": self.runs_total,
+            "runs_detailed": self.runs_detailed,
+            "runs_summarized": self.runs_summarized,
+            "detail_limit": self.detail_limit,
+            "summarized_transport_counts": totals,
+            "summarized": sorted(groups.values(), key=lambda g: (-g["count"], -(g["nranks"] or 0))),
         }

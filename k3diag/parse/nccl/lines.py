@@ -1,0 +1,185 @@
+"""The exact path: lines one by one, for any log (interleaved ranks, prefixes, CRLF, junk).
+
+Lines are narrowed in batches by C-level filters (map/compress over `str.find`) so only lines that
+name NCCL/RCCL reach Python code; each is classified once by the 9 characters after ` NCCL `,
+connection lines are folded into their instance's `ConnAgg`, the rest go to one handler each.
+"""
+
+from __future__ import annotations
+
+from itertools import compress, count, islice, repeat
+from operator import and_, contains, ge, lt, or_
+from typing import Iterable
+
+from k3diag.model.nccl import transport_of
+from k3diag.parse.nccl import patterns as P
+from k3diag.parse.nccl.state import ConnAgg, Thread, channel_code
+
+_UNPARSED = "unparsed"
+_UNKNOWN = "unknown"
+
+
+class LineFeed:
+    """Mixin of `NcclLogParser`: the per-line reader and the connection-line folding."""
+
+    def feed(self, lines: Iterable[str], first_line: int) -> None:
+        """Read lines (with or without their endings) numbered from `first_line`."""
+        iterator = iter(lines)
+        base = first_line
+        find = str.find
+        while True:
+            batch = list(islice(iterator, P.BATCH))
+            if not batch:
+                break
+            has_ccl = map(ge, map(find, batch, repeat("CCL")), repeat(0))
+            has_pid = map(ge, map(find, batch, repeat("Pid")), repeat(0))
+            not_coll = map(lt, map(find, batch, repeat(": opCount ")), repeat(0))
+            mask = map(and_, map(or_, has_ccl, has_pid), not_coll)
+            self._feed_selected(compress(zip(count(base), batch), mask))
+            if any(map(contains, batch, repeat("\x00"))) or any(map(contains, batch, repeat("\ufffd"))) or \
+                    any(map(contains, batch, repeat("/dev/shm"))):
+                for offset, raw in enumerate(batch):
+                    if "CCL" not in raw and "Pid" not in raw and ("\x00" in raw or "\ufffd" in raw or "/dev/shm" in raw):
+                        self._other(raw, base + offset)
+            base += len(batch)
+        self.lines_total += base - first_line
+
+    def _feed_selected(self, numbered: Iterable[tuple[int, str]]) -> None:
+        mark = P.MARK
+        threads_get = self.prefix_cache.get
+        actions = P.TAG_ACTIONS
+        record = self._record
+        host_seen = self._host_seen
+        dropped = 0
+        for lineno, raw in numbered:
+            k = raw.find(mark)
+            if k < 0:
+                if raw.startswith("NCCL INFO ") or raw.startswith("NCCL WARN "):
+                    record(" " + raw, 0, lineno)  # a record whose prefix was lost (wrapped terminal, cut paste)
+                else:
+                    self._other(raw, lineno)
+                continue
+            tag = raw[k + 6 : k + 15]
+            action = actions.get(tag)
+            if action is None:
+                if not tag.startswith("INFO") or raw.find(" -> ", len(raw) - 16) >= 0:
+                    # WARN, version, garbled records; or an error trace `misc/socket.cc:567 -> 2`.
+                    record(raw, k, lineno)
+                elif tag[5:6].isdigit() and P.COUNT_TAG_NEEDS in raw:
+                    record(raw, k, lineno)
+                else:
+                    dropped += 1
+                    pre = raw[:k]
+                    thread = threads_get(pre)
+                    if thread is None:
+                        thread = self._thread(pre)
+                    host_seen(thread, lineno, raw)
+            elif action == 1:
+                body = raw[k + 11 :]
+                if " via " in body:
+                    pre = raw[:k]
+                    thread = threads_get(pre)
+                    if thread is None:
+                        thread = self._thread(pre)
+                    if "  " in body:
+                        # several records glued on one line (terminal wrap), or trailing blanks
+                        self._split_and_feed(raw, lineno)
+                        continue
+                    self.lines_nccl += 1
+                    host_seen(thread, lineno, raw)
+                    self._conn_line(thread, body, raw, lineno)
+                    continue
+                record(raw, k, lineno)
+            else:
+                need = P.TAG_NEEDS.get(tag)
+                if need is None or need in raw:
+                    record(raw, k, lineno)
+                else:
+                    dropped += 1
+                    pre = raw[:k]
+                    thread = threads_get(pre)
+                    if thread is None:
+                        thread = self._thread(pre)
+                    host_seen(thread, lineno, raw)
+        self.lines_nccl += dropped
+
+    def _conn_line(self, thread: Thread, body: str, raw: str, lineno: int) -> None:
+        """Fold one connection line into the instance its thread is initializing (or its pending lines)."""
+        head, sep, rest = body.partition(" : ")
+        code = self.head_cache.get(head)
+        if code is None:
+            match = P.CONN_HEAD_RE.match(head)
+            if not sep or not match:
+                self._skip(lineno)
+                return
+            conn = match.group("conn")
+            code = (match.group("kind"), channel_code(int(match.group("ch")), int(conn) if conn is not None else None))
+            if len(self.head_cache) < 4096:
+                self.head_cache[head] = code
+        parsed = self.parse_rest(rest)
+        if parsed is _UNPARSED:
+            self._skip(lineno)
+            return
+        if parsed is _UNKNOWN:
+            self.unknown_conn += 1
+            return
+        inst = thread.current
+        target = inst.conns if inst is not None else thread.pending
+        key = parsed[0]
+        agg = target.get(key)
+        if agg is None:
+            if len(target) >= P.MAX_CONN_KEYS_PER_INSTANCE:
+                self.conn_overflow += 1
+                return
+            src, dst, via, direction = key
+            agg = target[key] = ConnAgg(code[0], src, dst, parsed[1], parsed[2], direction, via, parsed[3], parsed[4],
+                                        lineno, raw.rstrip("\r\n"))
+        agg.codes.add(code[1])
+
+    def parse_rest(self, rest: str):
+        """`0[0] -> 1[1] [send] via P2P/IPC comm 0x.. nRanks 08` -> (key, sb, db, transport, nranks)."""
+        parsed = self.rest_cache.get(rest)
+        if parsed is not None:
+            return parsed
+        match = P.CONN_REST_RE.match(rest)
+        if not match:
+            parsed = _UNPARSED
+        else:
+            via = match.group("via").strip()
+            transport = transport_of(via)
+            if transport is None:
+                parsed = _UNKNOWN
+            else:
+                nr = match.group("nr")
+                if nr:
+                    self.rccl_hints += 1  # only RCCL appends `comm 0x.. nRanks NN` to connection lines
+                key = (int(match.group("src")), int(match.group("dst")), via, match.group("dir"))
+                parsed = (key, match.group("sb").strip(), match.group("db").strip(), transport,
+                          int(nr) if nr else None)
+        if len(self.rest_cache) >= P.MAX_REST_CACHE:
+            self.rest_cache.clear()
+        self.rest_cache[rest] = parsed
+        return parsed
+
+    def _split_and_feed(self, raw: str, lineno: int) -> None:
+        for piece in P.SPLIT_RECORDS_RE.split(raw.strip()):
+            if "NCCL" not in piece:
+                continue
+            k = piece.find(P.MARK)
+            if k < 0:
+                if not piece.startswith("NCCL "):
+                    continue
+                piece = " " + piece
+                k = 0
+            body = piece[k + 11 :]
+            if piece.startswith("INFO Channel ", k + 6) or piece.startswith("INFO Ring ", k + 6):
+                head, sep, rest = body.partition(" : ")
+                if " via " in body and sep and P.CONN_HEAD_RE.match(head) and P.CONN_REST_RE.match(rest):
+                    thread = self._thread(piece[:k])
+                    self.lines_nccl += 1
+                    self._host_seen(thread, lineno, piece)
+                    self._conn_line(thread, body, piece, lineno)
+                    continue
+                self._skip(lineno)
+                continue
+            self._record(piece, k, lineno)

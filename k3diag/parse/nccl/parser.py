@@ -1,0 +1,102 @@
+"""The parser's state, and the one object that reads a log: lines (exact path) or bytes (fast path)."""
+
+from __future__ import annotations
+
+from k3diag.model.nccl import NcclNet, NcclRank
+from k3diag.model.source import SourceRef
+from k3diag.parse.nccl.fast import FastFeed
+from k3diag.parse.nccl.handlers import LineHandlers
+from k3diag.parse.nccl.lines import LineFeed
+from k3diag.parse.nccl.state import Instance, Thread
+
+
+class NcclLogParser(LineHandlers, LineFeed, FastFeed):
+    def __init__(self, input_name: str, cut_part: bool = False) -> None:
+        self.input = input_name
+        # a part of a file cut for parallel parsing, other than the first: see `state.Thread.head`
+        self.cut_part = cut_part
+        self.threads: dict[tuple, Thread] = {}
+        self.prefix_cache: dict[str, Thread] = {}
+        self.instances: dict[tuple, Instance] = {}
+        self.orphans: dict[tuple, dict] = {}  # (host, pid) -> {ConnKey: ConnAgg}
+        self.head_cache: dict[str, tuple] = {}
+        self.rest_cache: dict[str, object] = {}
+        self.conn_overflow = 0
+        self.dropped_instances = 0
+        self.version: str | None = None
+        self.version_source: SourceRef | None = None
+        self.library: str | None = None
+        self.rccl_hints = 0
+        self.env: dict[str, str] = {}
+        self.env_sources: dict[str, SourceRef] = {}
+        self.env_conflicts: dict[str, set] = {}
+        self.cmdline_env: dict[str, tuple[str, SourceRef]] = {}
+        self.messages: dict[tuple, object] = {}
+        self.messages_dropped = 0
+        self.p2p_disabled: dict[tuple, object] = {}
+        self.gdr: dict[tuple, object] = {}
+        self.dmabuf: dict[tuple, object] = {}
+        self.graphs: dict[tuple, object] = {}
+        self.paths: dict[tuple, object] = {}
+        self.channel_counts: dict[tuple, object] = {}
+        self.mnnvl_health: dict[tuple, object] = {}
+        self.hosts_seen: dict[str, SourceRef] = {}
+        self.net = NcclNet()
+        self.tests_ranks: dict[int, NcclRank] = {}
+        self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
+        self.lines_total = 0
+        self.lines_nccl = 0
+        self.skipped = 0
+        self.skipped_lines: list[int] = []
+        self.junk = 0
+        self.junk_lines: list[int] = []
+        self.unknown_conn = 0
+        self.trees_kept = 0
+        self._shared_cache: dict | None = None
+
+    def shared(self) -> dict:
+        """Process-wide facts, built once and shared by every run (a log can hold thousands of
+        communicators; copying a path table into each would cost more than the parse)."""
+        if self._shared_cache is None:
+            messages = sorted(self.messages.values(), key=lambda m: (m.source.line or 0) if m.source else 0)
+            env = dict(self.env)
+            sources = dict(self.env_sources)
+            origin = {name: "log" for name in env}
+            for name, (value, source) in self.cmdline_env.items():
+                if name not in env:
+                    env[name], sources[name], origin[name] = value, source, "command-line"
+            self._shared_cache = {
+                "env": env,
+                "env_sources": sources,
+                "env_origin": origin,
+                "messages": messages,
+                "warnings": [_message_text(m) for m in messages],
+                "p2p_disabled": list(self.p2p_disabled.values()),
+                "gdr": list(self.gdr.values()),
+                "dmabuf": list(self.dmabuf.values()),
+                "graphs": list(self.graphs.values()),
+                "paths": list(self.paths.values()),
+                "channel_counts": list(self.channel_counts.values()),
+                "mnnvl_health": list(self.mnnvl_health.values()),
+            }
+        return self._shared_cache
+
+    def finish(self):
+        from k3diag.parse.nccl.runs import finish
+
+        return finish(self)
+
+    def drop_caches(self) -> None:
+        """Before the state travels between processes: caches are rebuilt on demand."""
+        self.prefix_cache = {}
+        self.head_cache = {}
+        self.rest_cache = {}
+        self.ring_cache = {}
+        self.__dict__.pop("_codes", None)
+        self.__dict__.pop("_rest_bytes", None)
+
+
+def _message_text(msg) -> str:
+    where = f"{msg.file}:{msg.line_no} " if msg.file else ""
+    times = f" (x{msg.count})" if msg.count > 1 else ""
+    return f"{msg.level} {where}{msg.text}{times}"

@@ -1,0 +1,134 @@
+"""The line shapes of NCCL/RCCL debug logs, and the bounds a multi-gigabyte log may cost.
+
+Regular expressions run only on lines a substring check already picked; the `bytes` ones are the
+fast path's, run over whole blocks of one thread's lines at once.
+"""
+
+from __future__ import annotations
+
+import re
+
+# -- bounds ------------------------------------------------------------------------------------
+MAX_INSTANCES = 262_144  # communicator instances (one per rank per communicator) tracked at once
+MAX_CONN_KEYS_PER_INSTANCE = 4_096  # distinct (src, dst, via, direction) per instance (all-to-all p2p)
+MAX_THREADS = 50_000
+MAX_TREES = 50_000  # tree entries over all communicators (a rank prints one per channel)
+MAX_PREFIX_CACHE = 20_000
+MAX_REST_CACHE = 50_000
+MAX_MESSAGES = 300  # distinct WARN/error messages
+MAX_ENV = 300
+MAX_PATHS = 4_000
+MAX_GRAPHS = 200
+MAX_TREES_PER_RUN = 20_000
+MAX_GDR = 500
+MAX_DMABUF = 500
+MAX_P2P_DISABLED = 2_000
+MAX_HOSTS = 4_096  # host names seen on NCCL lines without a rank
+MAX_EXAMPLES = 10  # line numbers kept for each kind of skipped line
+MAX_LINE_CHARS = 1 << 16
+# Runs (communicators) reported in full: the largest and those that show a problem, up to this many.
+# Every other run is summarized with exact counters (ranks, nodes, connection lines per transport).
+DETAIL_RUNS = 16
+BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
+
+# -- text (exact path) ---------------------------------------------------------------------------
+# The record header right before " NCCL INFO"/" NCCL WARN": host may be numeric, redacted
+# (`<cluster_name>`), a container id or a pod name; what precedes it is a launcher prefix.
+PREFIX_RE = re.compile(
+    r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
+)
+# Some RCCL builds and redacted pastes drop pid:tid (`node [0] NCCL INFO`).
+PREFIX_NOPID_RE = re.compile(r"(?P<host>[^\s:\[\]]+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
+# A connection line is `<head> : <rest>`; both halves are parsed once per distinct text.
+CONN_HEAD_RE = re.compile(r"^(?P<kind>Ring|Channel) (?P<ch>\d+)(?:/(?P<conn>\d+))?$")
+CONN_REST_RE = re.compile(
+    r"^(?P<src>\d+)\[(?P<sb>[^\]]*)\] -> (?P<dst>\d+)\[(?P<db>[^\]]*)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.*?)"
+    r"(?: comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<nr>\d+))?\s*$"
+)
+RING_ORDER_RE = re.compile(r"^(?:Channel|Ring) (?P<ch>\d+)(?:/\d+)? :(?P<order>(?:\s+-?\d+)+)\s*(?:comm .*)?$")
+RING_ARROW_RE = re.compile(r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<me>-?\d+) -> (?P<next>-?\d+)\s*$")
+TREE_ARROW_RE = re.compile(r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<me>-?\d+) -> (?P<down>[-\d/]+)\s*$")
+TREES_ITEM_RE = re.compile(r"\[(?P<ch>\d+)\] (?P<down>-?\d+(?:/-?\d+)*)->(?P<me>-?\d+)->(?P<up>-?\d+)")
+COMM_RE = re.compile(r"\bcomm (0x[0-9a-fA-F]+)")
+COMM_KV_RE = re.compile(
+    r"\b(rank|nranks|nRanks|nNodes|localRanks|localRank|cudaDev|nvmlDev|busId|commId)\s+(0x[0-9a-fA-F]+|[0-9a-fA-F]+)\b"
+)
+ENV_RE = re.compile(r"^(?P<name>(?:NCCL|RCCL|HSA)_[A-Z0-9_]+) set (?:by environment )?to (?P<value>.*?)\s*$")
+VERSION_RE = re.compile(r"\b(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<ver>\d+\.\d+\.\d+)(?P<extra>[^\s,]*)")
+P2P_DISABLED_RE = re.compile(r"P2P is disabled between (?P<nvl>NVLINK )?connected GPUs (?P<a>\d+) and (?P<b>\d+)")
+PATTERN_RE = re.compile(
+    r"^Pattern (?P<pattern>\d+), crossNic (?P<cross>\d+), nChannels (?P<nch>\d+), (?:bw|speed) "
+    r"(?P<bw1>[\d.]+)/(?P<bw2>[\d.]+), type (?P<t1>[A-Z0-9]+)/(?P<t2>[A-Z0-9]+), sameChannels (?P<same>\d+)"
+)
+PATH_HEAD_RE = re.compile(r"^(?P<node>(?:GPU|NET|NIC|CPU|NVS)/[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+)?) :(?P<rest>.*)$")
+PATH_ITEM_RE = re.compile(
+    r"(?P<node>(?:GPU|NET|NIC|CPU|NVS)/[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+)?) \((?P<hops>\d+)/(?P<bw>[\d.]+)/(?P<type>[A-Z0-9]+)\)"
+)
+GDR_GPU_RE = re.compile(
+    r"GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>[0-9a-fA-Fx]+)\s*/\s*HCA (?P<hca>\S+)"
+    r"(?: \((?P<why>[^)]*)\))?"
+)
+GDR_HCA_RE = re.compile(
+    r"GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<hca>\d+) '(?P<name>[^']*)'(?: \((?P<why>[^)]*)\))?"
+)
+# `NET/IB : GPU Direct RDMA (nvidia-peermem) enabled for HCA 0 'mlx5_0'`, `DMA-BUF is available on GPU device 0`,
+# `NET/IB : mlx5_0:1 DMA-BUF enabled` (the wording moved between 2.1x releases: matched loosely).
+DMABUF_RE = re.compile(r"DMA-?BUF(?: support)? (?:is )?(?P<state>enabled|disabled|available|not available|supported|"
+                       r"not supported)(?: on GPU device (?P<gpu>\d+)| for HCA (?P<hca>\d+) '(?P<name>[^']*)')?",
+                       re.IGNORECASE)
+ERROR_TRACE_RE = re.compile(r"^(?P<file>[\w./+-]+\.(?:cc|cu|cpp|c|h|hpp)):(?P<line>\d+) -> (?P<rc>\d+)")
+NET_USING_RE = re.compile(r"^NET/(?P<kind>IB|Socket)\s*: Using (?P<devs>.*?)(?:;\s*OOB.*)?$")
+NET_DEVICE_RE = re.compile(r"\[\d+\](\S+)")
+USING_NETWORK_RE = re.compile(r"^Using network (?P<name>.+?)\s*$")
+NET_PLUGIN_LOADED_RE = re.compile(r"NET/Plugin\s*:?\s*(?:Loaded net plugin|Plugin loaded)\s*(?P<name>.*)$")
+# `<n> coll channels, <n> collnet channels, <n> nvls channels, <n> p2p channels, ...` (2.17+)
+CHANNEL_COUNTS_RE = re.compile(r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
+                               r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels")
+# MNNVL: `MNNVL busId 0x... cliqueId 0x... state 3 healthMask 0xaa`
+HEALTH_MASK_RE = re.compile(r"healthMask (?P<mask>0x[0-9a-fA-F]+)")
+# nccl-tests headers: `#  Rank  0 Group  0 Pid 895544 on     h100-2 device  0 [0002:00:01] NVIDIA H100 80GB HBM3`,
+# older `#   Rank  0 Pid 120890 on 10-90-43-152 device  0 [0x87] A100-SXM4-40GB`.
+TESTS_RANK_RE = re.compile(
+    r"^\s*#?\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device\s+"
+    r"(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$"
+)
+SPLIT_RECORDS_RE = re.compile(r"\s{2,}")
+
+MARK = " NCCL "
+# The first 9 characters after " NCCL ": which INFO lines can carry a fact. Everything else
+# (per-collective COLL lines, proxy threads, tuning tables) is dropped after one set lookup.
+CONN_TAGS = frozenset({"INFO Chan", "INFO Ring"})
+INFO_TAGS = frozenset({
+    "INFO Tree", "INFO comm", "INFO nccl", "INFO NCCL", "INFO RCCL", "INFO HSA_", "INFO NET/", "INFO Usin",
+    "INFO Fail", "INFO GPU ", "INFO GPU/", "INFO NIC/", "INFO P2P ", "INFO Patt", "INFO Conn", "INFO init",
+    "INFO ROCr", "INFO Hipr", "INFO MSCC", "INFO MNNV", "INFO DMA-", "INFO NVLS",
+})
+# coll/nvls channel counts start with a number: `16 coll channels, 0 collnet channels, 0 nvls channels`
+COUNT_TAG_NEEDS = " coll channels"
+# tags shared by frequent useless lines and rare useful ones: read the line only if it has this
+TAG_NEEDS = {
+    "INFO P2P ": "P2P is disabled",  # not `P2P Chunksize set to ...`
+    "INFO Conn": "comm 0x",  # RCCL's `Connected all rings comm 0x.. nRanks ..`, not NCCL's plain line
+    "INFO init": "rsmi",  # RCCL's `initialized internal alternative rsmi functionality`
+    "INFO MNNV": "healthMask",
+    "INFO NVLS": "comm 0x",
+}
+# one dict lookup per line: 1 = maybe a connection line, 2 = a line to read
+TAG_ACTIONS = {**{tag: 1 for tag in CONN_TAGS}, **{tag: 2 for tag in INFO_TAGS}}
+
+# -- bytes (fast path) ---------------------------------------------------------------------------
+INFO_MARK = b" NCCL INFO "
+# A run of lines that all begin with one thread's record header, found in one C-level match.
+SAME_PREFIX_RUN_RE = re.compile(rb"([^\n]*? NCCL INFO )[^\n]*\n(?:\1[^\n]*\n)*")
+# In a block whose header was stripped: the lines that carry a fact other than a connection, by the
+# tags of TAG_ACTIONS (a C-level `startswith` with a tuple); those in TAG_NEEDS are then checked for
+# their word. A `Channel`/`Ring` line without ` via ` (ring order) is read too.
+HANDLED_BODY_STARTS = (
+    b"Tree", b"comm", b"nccl", b"NCCL", b"RCCL", b"HSA_", b"NET/", b"Usin", b"Fail", b"GPU ", b"GPU/", b"NIC/",
+    b"P2P ", b"Patt", b"Conn", b"init", b"ROCr", b"Hipr", b"MSCC", b"MNNV", b"DMA-", b"NVLS",
+    b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9",
+)
+HANDLED_BODY_NEEDS = {
+    b"P2P ": b"P2P is disabled", b"Conn": b"comm 0x", b"init": b"rsmi", b"MNNV": b"healthMask", b"NVLS": b"comm 0x",
+}
+CONN_BODY_STARTS = (b"Channel ", b"Ring ")

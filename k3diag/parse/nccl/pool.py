@@ -1,0 +1,256 @@
+"""A log file read in large chunks through the fast path, split across processes when it is big.
+
+The file is cut at line boundaries into one part per available core. Each part is parsed on its
+own (the first in this process); a part after the first starts not knowing what its threads were
+doing, so what a thread does there before its first communicator line is kept apart (`Thread.head`)
+and given, at the merge, to whatever the previous part left that thread working on. Communicators
+that span a cut are merged instance by instance; the result equals one pass over the whole file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from k3diag.parse.nccl import patterns as P
+from k3diag.parse.nccl.fast import CHUNK_BYTES
+from k3diag.parse.nccl.parser import NcclLogParser
+from k3diag.parse.nccl.state import Instance, Thread, absorb_all
+
+POOL_MIN_BYTES = 48 << 20  # below this, starting a process costs more than it saves
+MAX_WORKERS = 8
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_file(path, input_name: str, workers: int | None = None):
+    from k3diag.parse.nccl import gc_paused
+
+    path = Path(path)
+    size = path.stat().st_size
+    if workers is None:
+        workers = min(available_cores(), MAX_WORKERS) if size >= POOL_MIN_BYTES else 1
+    with gc_paused():
+        if workers <= 1:
+            parser = NcclLogParser(input_name)
+            _read_range(parser, path, 0, size, 1)
+            return parser.finish()
+        cuts = _cut_points(path, size, workers)
+        parts = list(zip(cuts[:-1], cuts[1:]))
+        parsers = _run_parts(path, input_name, parts)
+        merged = parsers[0]
+        for later in parsers[1:]:
+            merge_parser(merged, later)
+        return merged.finish()
+
+
+def _run_parts(path: Path, input_name: str, parts: list[tuple[int, int]]) -> list[NcclLogParser]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:  # no fork on this platform: one process reads it all
+        context = None
+    if context is None:
+        parser = NcclLogParser(input_name)
+        _read_range(parser, path, 0, parts[-1][1], 1)
+        return [parser]
+    with ProcessPoolExecutor(max_workers=len(parts) - 1, mp_context=context) as pool:
+        futures = [pool.submit(_parse_part, str(path), input_name, start, end, index > 0)
+                   for index, (start, end) in enumerate(parts) if index > 0]
+        first = _parse_part(str(path), input_name, parts[0][0], parts[0][1], False)
+        return [first] + [future.result() for future in futures]
+
+
+def _parse_part(path: str, input_name: str, start: int, end: int, cut_part: bool) -> NcclLogParser:
+    from k3diag.parse.nccl import gc_paused
+
+    with gc_paused():
+        first_line = 1 + _count_newlines(Path(path), start) if start else 1
+        parser = NcclLogParser(input_name, cut_part=cut_part)
+        _read_range(parser, Path(path), start, end, first_line)
+        parser.drop_caches()
+        return parser
+
+
+def _count_newlines(path: Path, end: int) -> int:
+    total = 0
+    with path.open("rb") as handle:
+        left = end
+        while left > 0:
+            data = handle.read(min(CHUNK_BYTES, left))
+            if not data:
+                break
+            total += data.count(b"\n")
+            left -= len(data)
+    return total
+
+
+def _cut_points(path: Path, size: int, parts: int) -> list[int]:
+    cuts = [0]
+    with path.open("rb") as handle:
+        for index in range(1, parts):
+            handle.seek(max(size * index // parts, cuts[-1]))
+            handle.readline()  # to the start of the next line
+            cuts.append(min(handle.tell(), size))
+    cuts.append(size)
+    return sorted(set(cuts)) if len(set(cuts)) < len(cuts) else cuts
+
+
+def _read_range(parser: NcclLogParser, path: Path, start: int, end: int, first_line: int) -> None:
+    """Bytes [start, end) of the file, whole lines at a time, through the fast path."""
+    lineno = first_line
+    try:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            left = end - start
+            carry = b""
+            skipping = False  # inside a run of bytes without newline whose head was already read
+            while left > 0:
+                data = handle.read(min(CHUNK_BYTES, left))
+                if not data:
+                    break
+                left -= len(data)
+                if skipping:
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        continue
+                    data, skipping = data[nl + 1 :], False
+                buf = carry + data if carry else data
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    if len(buf) > P.MAX_LINE_CHARS:
+                        # binary junk or one giant line: keep its head, skip to the next newline
+                        lineno = parser.feed_bytes(buf[: P.MAX_LINE_CHARS] + b"\n", lineno)
+                        carry, skipping = b"", True
+                    else:
+                        carry = buf
+                    continue
+                lineno = parser.feed_bytes(buf[:cut], lineno)
+                carry = buf[cut:]
+            if carry and not skipping:
+                parser.feed_bytes(carry[: P.MAX_LINE_CHARS] + b"\n", lineno)
+    except OSError as exc:
+        parser.read_error = f"reading {parser.input} failed part way: {exc}"
+
+
+# -- merging a later part into an earlier one ------------------------------------------------------
+
+
+def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
+    """Fold part `b` (the file's next part) into `a`, as if one parser had read both in order."""
+    cap = P.MAX_CONN_KEYS_PER_INSTANCE
+    over = 0
+    for key, bt in b.threads.items():
+        at = a.threads.get(key)
+        head = bt.head
+        prev_current = at.current if at is not None else None
+        prev_pending = at.pending if at is not None else {}
+        if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
+            if prev_current is not None:
+                over += prev_current.absorb(head, cap)
+            else:
+                if bt.head_closed and bt.adopter in b.instances:
+                    adopter = b.instances[bt.adopter]
+                    over += absorb_all(adopter.conns, prev_pending, cap)
+                    over += absorb_all(adopter.conns, head.conns, cap)
+                    prev_pending = {}
+                else:
+                    over += absorb_all(prev_pending, head.conns, cap)
+                head.conns = {}
+                if head.rings or head.ring_next or head.trees:
+                    anon_key = ("anon",) + key
+                    anon = a.instances.get(anon_key) or b.instances.get(anon_key)
+                    if anon is None:
+                        anon = Instance(key=anon_key, host=key[0], pid=key[1], ptr=None)
+                        b.instances[anon_key] = anon
+                    over += anon.absorb(head, cap)
+        elif bt.head_closed and bt.adopter in b.instances and prev_current is None and prev_pending:
+            over += absorb_all(b.instances[bt.adopter].conns, prev_pending, cap)
+            prev_pending = {}
+        if bt.head_closed:
+            state = (bt.current, bt.pending)
+        else:
+            state = (prev_current, prev_pending)
+        thread = at or Thread(host=bt.host, pid=bt.pid, tid=bt.tid, dev=bt.dev)
+        thread.current, thread.pending = state
+        thread.head, thread.head_closed, thread.adopter = None, True, None
+        a.threads[key] = thread
+    # instances: the same (host, pid, comm pointer) on both sides of the cut is one instance
+    merged: dict[int, Instance] = {}
+    for key, inst in b.instances.items():
+        mine = a.instances.get(key)
+        if mine is None:
+            if len(a.instances) >= P.MAX_INSTANCES:
+                a.dropped_instances += 1
+                continue
+            a.instances[key] = inst
+        else:
+            over += mine.absorb(inst, cap)
+            merged[id(inst)] = mine
+    for thread in a.threads.values():
+        if thread.current is not None and id(thread.current) in merged:
+            thread.current = merged[id(thread.current)]
+    a.conn_overflow += over + b.conn_overflow
+    _merge_facts(a, b)
+
+
+def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
+    if b.version and (a.version is None or (len(b.version) > len(a.version) and b.version.startswith(a.version))):
+        a.version, a.version_source = b.version, b.version_source
+    if b.library == "RCCL" or a.library is None:
+        a.library = b.library or a.library
+    for name in ("rccl_hints", "lines_total", "lines_nccl", "skipped", "junk", "unknown_conn", "dropped_instances",
+                 "messages_dropped", "trees_kept"):
+        setattr(a, name, getattr(a, name) + getattr(b, name))
+    a.skipped_lines = sorted(a.skipped_lines + b.skipped_lines)[: P.MAX_EXAMPLES]
+    a.junk_lines = sorted(a.junk_lines + b.junk_lines)[: P.MAX_EXAMPLES]
+    for name, value in b.env.items():
+        if name in a.env:
+            if a.env[name] != value:
+                a.env_conflicts.setdefault(name, {a.env[name]}).add(value)
+        elif len(a.env) < P.MAX_ENV:
+            a.env[name] = value
+            a.env_sources[name] = b.env_sources[name]
+    for name, values in b.env_conflicts.items():
+        a.env_conflicts.setdefault(name, set()).update(values)
+    for name, value in b.cmdline_env.items():
+        a.cmdline_env.setdefault(name, value)
+    for key, msg in b.messages.items():
+        mine = a.messages.get(key)
+        if mine is not None:
+            mine.count += msg.count
+        elif len(a.messages) < P.MAX_MESSAGES:
+            a.messages[key] = msg
+        else:
+            a.messages_dropped += msg.count
+    for table, cap in (("p2p_disabled", P.MAX_P2P_DISABLED), ("gdr", P.MAX_GDR), ("dmabuf", P.MAX_DMABUF),
+                       ("graphs", P.MAX_GRAPHS), ("paths", P.MAX_PATHS), ("channel_counts", 200),
+                       ("mnnvl_health", 200)):
+        mine, theirs = getattr(a, table), getattr(b, table)
+        for key, value in theirs.items():
+            if key not in mine and len(mine) < cap:
+                mine[key] = value
+    for host, source in b.hosts_seen.items():
+        if host not in a.hosts_seen and len(a.hosts_seen) < P.MAX_HOSTS:
+            a.hosts_seen[host] = source
+    for rank, info in b.tests_ranks.items():
+        a.tests_ranks.setdefault(rank, info)
+    net, other = a.net, b.net
+    net.network = net.network or other.network
+    net.plugin = net.plugin or other.plugin
+    for mine, theirs in ((net.ib_devices, other.ib_devices), (net.socket_devices, other.socket_devices)):
+        for dev in theirs:
+            if dev not in mine and len(mine) < 64:
+                mine.append(dev)
+    net.ib_not_found = net.ib_not_found or other.ib_not_found
+    net.ibverbs_missing = net.ibverbs_missing or other.ibverbs_missing
+    net.sources.extend(other.sources[: max(0, 20 - len(net.sources))])
+    if getattr(b, "read_error", None) and not getattr(a, "read_error", None):
+        a.read_error = b.read_error
