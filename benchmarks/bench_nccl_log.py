@@ -1,8 +1,8 @@
-"""Throughput and peak memory of the NCCL log parser on a generated multi-node log.
+"""The whole `k3diag analyze LOG --json` against `grep -c ' via '` and `wc -l` on generated NCCL logs.
 
-    python benchmarks/bench_nccl_log.py                 # 1 GiB log
-    python benchmarks/bench_nccl_log.py --size-mb 200   # smaller
-    python benchmarks/bench_nccl_log.py --keep --path /tmp/big.log
+    python benchmarks/bench_nccl_log.py                          # 300 MiB and 1 GiB, rank blocks, plus interleaved
+    python benchmarks/bench_nccl_log.py --sizes 100 --repeat 3   # smaller
+    python benchmarks/bench_nccl_log.py --keep --dir /tmp/bench  # keep (and reuse) the generated logs
 
 The log is built from the line formats NCCL 2.19-2.2x prints with NCCL_DEBUG=INFO
 (NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,NET,COLL): per rank the init lines (`Init START`, the
@@ -11,10 +11,11 @@ connection lines, `Init COMPLETE`), then per-collective COLL lines and applicati
 interleaved across ranks the way a multi-node job's merged log looks. Several communicators
 (world, tensor-parallel groups) are initialized, and jobs repeat until the size is reached.
 
-Reported in one run, on the same file, after one warm-up read so both sides read from the
-page cache: `grep -c ' via '` time, parser time (file path and the line-iterator path that
-`k3diag analyze` uses), their ratio, and the parser's peak memory (ru_maxrss of a child
-process that only parses).
+Each size is measured as whole processes on the same file, after a warm-up read so every contender reads
+from the page cache, in alternating order (grep, wc, k3diag, grep, ...; the machine is shared, so the median
+of `--repeat` runs is reported): wall time of each, k3diag's ratio to grep and to wc, the peak RSS of the
+largest k3diag process (the CLI or a pool worker: `wait4`'s ru_maxrss) and the size of the JSON it wrote.
+`--interleave-mb` adds a log whose ranks are mixed a few lines at a time (the exact path's case).
 """
 
 from __future__ import annotations
@@ -152,115 +153,91 @@ def generate(path: Path, size_mb: float, seed: int = 7, nodes: int = NODES, coll
     return {"bytes": written, "jobs": jobs, "ranks_per_job": nranks, "via_lines": via_lines}
 
 
-_CHILD = r"""
-import json, resource, sys, time
-sys.path.insert(0, sys.argv[3])
-
-def peak_mib():
-    # VmHWM is reset by exec; ru_maxrss is not (it would report the parent's size)
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-from k3diag.parse import nccl_log
-mode, path = sys.argv[1], sys.argv[2]
-t0 = time.perf_counter()
-c0 = time.process_time()
-if mode == "path":
-    result = nccl_log.parse_path(path)
-else:
-    from pathlib import Path
-    from k3diag.evidence import Evidence
-    item = Evidence(name=path, path=Path(path))
-    result = nccl_log.parse_stream(item.iter_lines(), path)
-elapsed = time.perf_counter() - t0
-cpu = time.process_time() - c0
-print(json.dumps({"elapsed": elapsed, "cpu": cpu, "maxrss_mib": peak_mib(), "runs": len(result.runs),
-                  "connections": sum(len(r.connections) for r in result.runs),
-                  "nranks": [r.nranks for r in result.runs][:4], "warnings": result.warnings[:3]}))
-"""
+def _run(argv: list[str], out_path: Path | None, cwd: Path, env: dict) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one process tree (largest process), output to a file or /dev/null."""
+    with open(out_path or os.devnull, "wb") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024
 
 
-def _baseline_rss() -> float:
-    code = ("import k3diag.parse.nccl_log\n"
-            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0])")
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).resolve().parents[1])
-        return int(out.stdout.strip()) / 1024
-    except (subprocess.CalledProcessError, ValueError, IndexError):
-        return float("nan")
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def measure(path: Path, repeat: int, repo: Path) -> dict:
+    with open(path, "rb") as handle:  # warm the page cache for every contender
+        while handle.read(1 << 24):
+            pass
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    json_path = path.with_suffix(".json")
+    contenders = {
+        "grep": ["grep", "-c", " via ", str(path)],
+        "wc": ["wc", "-l", str(path)],
+        "k3diag": [sys.executable, "-m", "k3diag", "analyze", str(path), "--json"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    rss: list[float] = []
+    for _ in range(repeat):
+        for name, argv in contenders.items():
+            wall, peak = _run(argv, json_path if name == "k3diag" else None, repo, env)
+            times[name].append(wall)
+            if name == "k3diag":
+                rss.append(peak)
+    report = json.loads(json_path.read_text())
+    summary = report.get("nccl_summary") or {}
+    result = {name: _median(values) for name, values in times.items()}
+    result.update(rss_mib=max(rss), json_bytes=json_path.stat().st_size,
+                  runs_total=summary.get("runs_total", len(report.get("nccl_runs", []))),
+                  runs_detailed=len(report.get("nccl_runs", [])), all_k3diag=times["k3diag"])
+    json_path.unlink()
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--sizes", default="300,1024", help="MiB of the rank-block logs, comma-separated")
+    parser.add_argument("--interleave-mb", type=int, default=300, help="MiB of the interleaved log (0: none)")
     parser.add_argument("--nodes", type=int, default=NODES)
-    parser.add_argument("--path", type=Path, default=None, help="where to write the log (default: a temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated log")
-    parser.add_argument("--skip-stream", action="store_true", help="only time the file path, not the line iterator")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write the logs (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated logs (and reuse them next time)")
     args = parser.parse_args(argv)
 
     repo = Path(__file__).resolve().parents[1]
-    tmpdir = None
-    if args.path is None:
-        tmpdir = tempfile.mkdtemp(prefix="k3diag-bench-")
-        path = Path(tmpdir) / "nccl-big.log"
-    else:
-        path = args.path
+    workdir = args.dir or Path(tempfile.mkdtemp(prefix="k3diag-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    cases = [(int(size), False) for size in args.sizes.split(",") if size.strip()]
+    if args.interleave_mb:
+        cases.append((args.interleave_mb, True))
+    made: list[Path] = []
+    print(f"cores available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'log':<28} {'grep -c':>8} {'wc -l':>7} {'k3diag':>8} {'x grep':>7} {'x wc':>6} {'peak RSS':>9} "
+          f"{'JSON':>8}  runs (in full)")
     try:
-        t0 = time.perf_counter()
-        info = generate(path, args.size_mb, nodes=args.nodes)
-        gen_s = time.perf_counter() - t0
-        size_mb = info["bytes"] / (1024 * 1024)
-        print(f"generated {size_mb:.0f} MiB ({info['jobs']} job(s) x {info['ranks_per_job']} ranks, "
-              f"{info['via_lines']} connection lines) in {gen_s:.1f} s: {path}")
-
-        with open(path, "rb") as handle:  # warm the page cache for both contenders
-            while handle.read(1 << 24):
-                pass
-        grep = shutil.which("grep")
-        grep_s = grep_cpu = None
-        if grep:
-            before = os.times()
-            t0 = time.perf_counter()
-            out = subprocess.run([grep, "-c", " via ", str(path)], capture_output=True, text=True)
-            grep_s = time.perf_counter() - t0
-            after = os.times()
-            grep_cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-            print(f"grep -c ' via ': {out.stdout.strip()} lines in {grep_s:.2f} s wall, {grep_cpu:.2f} s CPU")
-
-        modes = ["path"] + ([] if args.skip_stream else ["stream"])
-        base = _baseline_rss()
-        for mode in modes:
-            out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(repo)],
-                                 capture_output=True, text=True, cwd=repo)
-            if out.returncode != 0:
-                print(out.stderr)
-                return 1
-            stats = json.loads(out.stdout.strip().splitlines()[-1])
-            rate = size_mb / stats["elapsed"]
-            ratio = f", {stats['elapsed'] / grep_s:.1f}x grep's wall time" if grep_s else ""
-            if grep_cpu:
-                ratio += f", {stats['cpu'] / grep_cpu:.1f}x grep's CPU time ({stats['cpu']:.2f} s CPU)"
-            label = "parse_path (file)" if mode == "path" else "parse_stream (Evidence.iter_lines)"
-            print(f"{label}: {stats['elapsed']:.2f} s = {rate:.0f} MiB/s{ratio}; peak RSS {stats['maxrss_mib']:.0f} MiB "
-                  f"(interpreter + imports alone {base:.0f} MiB); runs {stats['runs']}, "
-                  f"connections kept {stats['connections']}, nranks {stats['nranks']}")
-            for warning in stats["warnings"]:
-                print(f"  warning: {warning}")
+        for size, interleave in cases:
+            path = workdir / f"nccl-{size}mb-{'interleaved' if interleave else 'blocks'}.log"
+            if not path.exists():
+                info = generate(path, size, nodes=args.nodes, coll_per_rank=2, interleave=interleave)
+                made.append(path)
+            r = measure(path, args.repeat, repo)
+            label = f"{path.stat().st_size / 2**20:.0f} MiB {'interleaved' if interleave else 'rank blocks'}"
+            print(f"{label:<28} {r['grep']:>7.2f}s {r['wc']:>6.2f}s {r['k3diag']:>7.2f}s {r['k3diag'] / r['grep']:>6.1f}x "
+                  f"{r['k3diag'] / r['wc']:>5.1f}x {r['rss_mib']:>6.0f} MiB {r['json_bytes'] / 1e6:>6.2f}MB  "
+                  f"{r['runs_total']} ({r['runs_detailed']}); k3diag runs: "
+                  + ", ".join(f"{t:.2f}" for t in r["all_k3diag"]))
         return 0
     finally:
         if not args.keep:
-            if tmpdir:
-                shutil.rmtree(tmpdir, ignore_errors=True)
-            elif args.path and args.path.exists():
-                args.path.unlink()
+            for path in made:
+                path.unlink(missing_ok=True)
+            if args.dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

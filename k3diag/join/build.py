@@ -195,7 +195,13 @@ def _parse_section(
 
 def _parse_stream(spec: FormatSpec, item: Evidence, size: int | None, note: tuple[str, str] | None) -> ParsedInput:
     record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=item.command)
-    return _run_parser(spec, lambda module: module.parse_stream(item.iter_lines(), item.name), item, record, note)
+    def call(module):
+        # a parser that can read the evidence itself (the NCCL log's bytes fast path) does
+        if hasattr(module, "parse_evidence"):
+            return module.parse_evidence(item, item.name)
+        return module.parse_stream(item.iter_lines(), item.name)
+
+    return _run_parser(spec, call, item, record, note)
 
 
 def _run_parser(spec: FormatSpec, call, item: Evidence, record: InputRecord, note) -> ParsedInput:

@@ -7,12 +7,97 @@ from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.topology import Link
 
 
+NCCL_LOG_ORIGIN = "nccl-log"
+# NCCL's GPU path types as `nvidia-smi topo -m` codes. NCCL's PHB covers both PHB and NODE (one
+# socket, across host bridges); NVB (NVLink through another GPU), C2C, P2C, PXN are not a direct link.
+_PATH_CODES = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "SYS": "SYS"}
+_NVLINK_GBPS = 20.0  # NCCL's per-link NVLink bandwidth for SM80/SM90 (`ncclTopoGetNvbGpus`, `SM80_NVLINK_BW`)
+
+
 def merge_nccl_log(result, machine: Machine, record: InputRecord | None = None) -> None:
     runs = getattr(result, "runs", None) or []
     for run in runs:
         if record is not None:
             run.input = record.path
         machine.nccl.append(run)
+    summary = getattr(result, "summary", None)
+    if summary is not None and summary.runs_summarized:
+        machine.extras.setdefault("nccl_summaries", []).append((record.path if record else None, summary))
+    host = local_host(machine, runs)
+    if host is None:
+        return
+    _gpus_from_ranks(machine, runs, host)
+    _links_from_paths(machine, runs, host)
+
+
+def local_host(machine: Machine, runs: list) -> str | None:
+    """The host of the log that is this machine: the machine's own name, else the log's only host."""
+    own = _short(machine.host.hostname)
+    hosts = {h for run in runs for h in run.hosts} | {p.host for run in runs for p in run.paths if p.host}
+    if own:
+        return next((h for h in sorted(hosts) if _short(h) == own), None)
+    if len(hosts) == 1:
+        return next(iter(hosts))
+    if not hosts and any(run.paths for run in runs):
+        return ""  # a path dump without host prefixes: one machine's
+    return None
+
+
+def _short(host: str | None) -> str | None:
+    return host.split(".")[0].lower() if host else None
+
+
+def _gpu_for_bus(machine: Machine, bus_id: str, nvml_dev: int | None, order: list[str]):
+    """The GPU with this bus id; created from NCCL's init line when no other input named it, at its
+    NVML index (`nvmlDev`, nvidia-smi's numbering) or else its place in PCI bus order."""
+    gpu = machine.gpu_by_bus_id(bus_id)
+    if gpu is not None:
+        return gpu
+    for index in ([nvml_dev] if nvml_dev is not None else []) + [order.index(bus_id) if bus_id in order else None]:
+        if index is None:
+            continue
+        candidate = machine.gpus.get(index)
+        if candidate is None or candidate.bus_id is None:
+            gpu = machine.gpu(index)
+            gpu.bus_id = bus_id
+            gpu.vendor = gpu.vendor or "NVIDIA"
+            return gpu
+    return None
+
+
+def _gpus_from_ranks(machine: Machine, runs: list, host: str) -> None:
+    seen: dict[str, tuple] = {}
+    for run in runs:
+        for info in run.ranks:
+            if info.bus_id and (info.host == host or (not info.host and not host)) and info.bus_id not in seen:
+                seen[info.bus_id] = (info.nvml_dev, info.source)
+        for path in run.paths:
+            if path.host == host or (not host and not path.host):
+                for bus in (path.src_bus_id, path.dst_bus_id):
+                    if bus and bus not in seen:
+                        seen[bus] = (None, path.source)
+    order = sorted(seen)
+    for bus_id, (nvml_dev, source) in seen.items():
+        gpu = _gpu_for_bus(machine, bus_id, nvml_dev, order)
+        if gpu is not None and source is not None and source not in gpu.sources:
+            gpu.sources.append(source)
+
+
+def _links_from_paths(machine: Machine, runs: list, host: str) -> None:
+    """NCCL's own GPU-to-GPU path classification (`NCCL_DEBUG_SUBSYS=GRAPH`) as links: a log alone then
+    tells which pairs share a switch, a socket or NVLink."""
+    for run in runs:
+        for path in run.paths:
+            if not (path.src_bus_id and path.dst_bus_id) or not (path.host == host or (not host and not path.host)):
+                continue
+            code = _PATH_CODES.get(path.path_type)
+            if code is None and path.path_type == "NVL":
+                code = f"NV{max(1, round((path.bw or _NVLINK_GBPS) / _NVLINK_GBPS))}"
+            a, b = machine.gpu_by_bus_id(path.src_bus_id), machine.gpu_by_bus_id(path.dst_bus_id)
+            if code is None or a is None or b is None or a.index == b.index:
+                continue
+            machine.add_link(Link(a=f"GPU{a.index}", b=f"GPU{b.index}", path=code, hops=path.hops,
+                                  origin=NCCL_LOG_ORIGIN, source=path.source))
 
 
 def merge_topo_xml(result, machine: Machine, record: InputRecord | None = None) -> None:

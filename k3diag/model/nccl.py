@@ -265,15 +265,47 @@ class NcclMnnvlHealth:
     host: str | None = None
     source: SourceRef | None = None
 
+    def problems(self) -> list[str]:
+        """NVML's `nvmlGpuFabricInfo` health mask decoded (2-bit fields: 0 not supported, 1 true, 2 false;
+        the configuration field: 0 not supported, 1 none, 2+ a named problem). 0x0 and 0xaa are healthy."""
+        try:
+            mask = int(self.mask, 16)
+        except ValueError:
+            return []
+        found = [text for shift, text in _HEALTH_FLAGS if (mask >> shift) & 0x3 == 1]
+        config = (mask >> 8) & 0xF
+        if config >= 2:
+            found.append(_HEALTH_CONFIG.get(config, f"incorrect fabric configuration (code {config})"))
+        if (mask >> 12) & 0x3 == 2:
+            found.append("no fabric partition assigned to the GPU")
+        return found
+
     @property
     def healthy(self) -> bool:
-        try:
-            return int(self.mask, 16) == 0
-        except ValueError:
-            return False
+        return not self.problems()
 
     def to_json(self) -> dict:
-        return {"mask": self.mask, "healthy": self.healthy, "host": self.host}
+        return {"mask": self.mask, "healthy": self.healthy, "problems": self.problems(), "host": self.host}
+
+
+_HEALTH_FLAGS = ((0, "fabric bandwidth degraded"), (2, "route recovery in progress"), (4, "a route is unhealthy"),
+                 (6, "access-timeout recovery in progress"))
+_HEALTH_CONFIG = {2: "incorrect system GUID", 3: "incorrect chassis serial number", 4: "no partition",
+                  5: "insufficient NVLinks", 6: "incompatible GPU firmware", 7: "invalid location",
+                  8: "GPU state invalid"}
+
+
+@dataclass
+class NcclNvlsSupport:
+    """`NVLS multicast support is [not ]available on dev N`."""
+
+    available: bool
+    gpu: int | None = None
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "gpu": self.gpu, "host": self.host}
 
 
 @dataclass
@@ -354,6 +386,7 @@ class NcclRun:
     channel_counts: list[NcclChannelCounts] = field(default_factory=list)
     dmabuf: list[NcclDmaBuf] = field(default_factory=list)
     mnnvl_health: list[NcclMnnvlHealth] = field(default_factory=list)
+    nvls_support: list[NcclNvlsSupport] = field(default_factory=list)
     # where each env value came from: "log" (NCCL's `X set by environment to Y`) or "command-line"
     env_origin: dict[str, str] = field(default_factory=dict)
     # hosts named only on NCCL lines without a rank (Bootstrap, NET/IB, WARN...), with their first line
@@ -403,6 +436,7 @@ class NcclRun:
             "channel_counts": [c.to_json() for c in self.channel_counts],
             "dmabuf": [d.to_json() for d in self.dmabuf],
             "mnnvl_health": [h.to_json() for h in self.mnnvl_health],
+            "nvls_support": [n.to_json() for n in self.nvls_support],
             "env_origin": dict(self.env_origin),
             "hosts_unranked": list(self.hosts_unranked),
         }
@@ -431,33 +465,26 @@ class NcclSummary:
     runs_total: int = 0
     runs_detailed: int = 0
     detail_limit: int = 0
-    summaries: list[NcclRunSummary] = field(default_factory=list)
+    groups: list[tuple[NcclRunSummary, int, list[str]]] = field(default_factory=list)  # (shape, count, comm ids)
 
     @property
     def runs_summarized(self) -> int:
-        return len(self.summaries)
+        return sum(count for _, count, _ in self.groups)
 
     def to_json(self) -> dict:
-        groups: dict[tuple, dict] = {}
-        for item in self.summaries:
-            group = groups.get(item.shape())
-            if group is None:
-                group = groups[item.shape()] = {
-                    "count": 0, "nranks": item.nranks, "nodes": item.nodes, "hosts": item.hosts,
-                    "transport_counts": dict(item.transport_counts), "pairs": item.pairs, "comm_ids": [],
-                }
-            group["count"] += 1
-            if item.comm_id and len(group["comm_ids"]) < 8:
-                group["comm_ids"].append(item.comm_id)
         totals = {"P2P": 0, "SHM": 0, "NET": 0}
-        for item in self.summaries:
+        rows = []
+        for item, count, comm_ids in self.groups:
             for name, number in item.transport_counts.items():
-                totals[name] = totals.get(name, 0) + number
+                totals[name] = totals.get(name, 0) + number * count
+            rows.append({"count": count, "nranks": item.nranks, "nodes": item.nodes, "hosts": item.hosts,
+                         "transport_counts": dict(item.transport_counts), "pairs": item.pairs,
+                         "comm_ids": list(comm_ids)})
         return {
             "runs_total": self.runs_total,
             "runs_detailed": self.runs_detailed,
             "runs_summarized": self.runs_summarized,
             "detail_limit": self.detail_limit,
             "summarized_transport_counts": totals,
-            "summarized": sorted(groups.values(), key=lambda g: (-g["count"], -(g["nranks"] or 0))),
+            "summarized": sorted(rows, key=lambda g: (-g["count"], -(g["nranks"] or 0), str(g["comm_ids"]))),
         }

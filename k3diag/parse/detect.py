@@ -126,6 +126,10 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
             pieces[-1][1] = end
             pieces[-1][4].extend(blanked)
             continue
+        if pieces and piece_command is None and pieces[-1][2] and \
+                detect(_slice(text, pieces[-1][0], pieces[-1][1], pieces[-1][4])) is None:
+            # `$ NCCL_P2P_DISABLE=1 ./all_reduce_perf`, a stray line, then the output: the command is its
+            piece_command = pieces[-1][2]
         pieces.append([start, end, piece_command, host, blanked])
     sections: list[Section] = []
     line_number, counted_to = 1, 0

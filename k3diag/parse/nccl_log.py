@@ -7,6 +7,7 @@ from k3diag.parse.nccl import (  # noqa: F401
     TESTS_RANK_RE,
     bus_id_from_tests_header,
     parse,
+    parse_bytes,
     parse_evidence,
     parse_path,
     parse_stream,

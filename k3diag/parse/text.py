@@ -109,7 +109,8 @@ def prompt_command(line: str) -> str | None:
         return None
     command = match.group("command").strip()
     lowered = command.lower()
-    if any(lowered.startswith(known) or f" {known}" in lowered for known in _KNOWN_COMMANDS):
+    # `./build/all_reduce_perf`, `NCCL_P2P_DISABLE=1 /opt/nccl-tests/build/all_reduce_perf`: by path too
+    if any(lowered.startswith(known) or f" {known}" in lowered or f"/{known}" in lowered for known in _KNOWN_COMMANDS):
         return command
     return None
 

@@ -49,6 +49,7 @@ def build_report(
         "platform": _platform(machine),
         "nccl": runs[0].to_json() if runs else None,
         "nccl_runs": [run.to_json() for run in runs],
+        "nccl_summary": _nccl_summary(machine),
         "benchmarks": [bench.to_json() for bench in machine.benchmarks],
         "findings": [finding.to_json() for finding in findings],
         "recommendations": recommendations,
@@ -57,6 +58,25 @@ def build_report(
     if serving is not None:
         report["serving"] = serving
     return report
+
+
+def _nccl_summary(machine: Machine) -> dict | None:
+    """Communicators beyond those reported in full (`nccl_runs`), counted exactly: a gigabyte log's
+    JSON stays bounded by the distinct pairs of the runs kept and by their number."""
+    summaries = machine.extras.get("nccl_summaries") or []
+    if not summaries:
+        return None
+    total = {"runs_total": 0, "runs_detailed": 0, "runs_summarized": 0, "detail_limit": 0,
+             "summarized_transport_counts": {"P2P": 0, "SHM": 0, "NET": 0}, "summarized": []}
+    for name, summary in summaries:
+        data = summary.to_json()
+        for key in ("runs_total", "runs_detailed", "runs_summarized"):
+            total[key] += data[key]
+        total["detail_limit"] = max(total["detail_limit"], data["detail_limit"])
+        for family, number in data["summarized_transport_counts"].items():
+            total["summarized_transport_counts"][family] = total["summarized_transport_counts"].get(family, 0) + number
+        total["summarized"].extend({"input": name, **group} for group in data["summarized"])
+    return total
 
 
 def _serving(machine: Machine) -> dict | None:

@@ -29,7 +29,7 @@ def test_nccl_2_4_ring_lines_four_nodes():
     result, run = only_run("nccl-2.4-ring-4nodes.log")
     assert run.hosts == ["server1", "server2", "server3", "server4"]
     assert run.nodes == 4
-    assert len(run.connections) == 19
+    assert sum(c.lines for c in run.connections) == 19
     assert run.transport_counts() == {"P2P": 19, "SHM": 0, "NET": 0}
     assert pairs(run)[(26, 24)] == {"P2P/IPC"}
     conn = next(c for c in run.connections if (c.src_rank, c.dst_rank) == (26, 24))
@@ -107,7 +107,9 @@ def test_nccl_2_12_send_receive_gdrdma_two_nodes():
     assert run.nodes == 2
     assert run.hosts == ["SH-IDC1-10-198-34-101", "SH-IDC1-10-198-34-109"]
     net = [c for c in run.connections if c.transport == "NET"]
-    assert len(net) == 8 and all(c.via == "NET/IB/0/GDRDMA" and c.gdrdma for c in net)
+    assert sum(c.lines for c in net) == 8 and all(c.via == "NET/IB/0/GDRDMA" and c.gdrdma for c in net)
+    # each (src, dst, direction) over two channels is one record
+    assert len(net) == 4 and all(c.channels == [0, 1] and c.channel_count == 2 for c in net)
     assert {c.direction for c in net} == {"send", "receive"}
     # a [receive] line is logged by the receiver: rank 0 on ...101
     assert run.rank_info(0).host == "SH-IDC1-10-198-34-101"

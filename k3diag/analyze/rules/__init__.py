@@ -21,6 +21,7 @@ RULE_MODULES: tuple[str, ...] = (
     "k3diag.analyze.rules.amd",
     "k3diag.analyze.rules.fabric",
     "k3diag.analyze.rules.nic",
+    "k3diag.analyze.rules.nccl_causes",
     "k3diag.analyze.rules.nccl",
     "k3diag.analyze.rules.benchmarks",
     "k3diag.analyze.rules.probe",

@@ -306,10 +306,10 @@ IOMMU_REMEDY = (
 
 
 def check_iommu_not_passthrough(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    if not _has_amd(machine):
+    rccl_refs = _rccl_warnings(machine, 'Missing "iommu=pt"')
+    if not _has_amd(machine) and not rccl_refs:  # RCCL's own warning is AMD evidence enough
         return
     host = machine.host
-    rccl_refs = _rccl_warnings(machine, 'Missing "iommu=pt"')
     cmdline = host.kernel_cmdline
     tokens = cmdline.split() if cmdline else []
     iommu_off = any(token in ("iommu=off", "amd_iommu=off", "intel_iommu=off") for token in tokens)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from k3diag.analyze.finding import Finding, Rule
+from k3diag.analyze.rules.nccl_causes import claimed
 from k3diag.model.machine import Machine
 from k3diag.model.nccl import NcclConnection, NcclRun
 from k3diag.model.source import SourceRef
@@ -273,7 +274,10 @@ def check_env_disables_transport(machine: Machine, earlier: list[Finding]) -> It
                 subjects=[name],
                 title=f"{name}={value} is set: {effect.split(':')[0]}",
                 explanation=(
-                    f"NCCL read {name}={value} from the environment ({_run_label(run)}): {effect}.{seen_effect} "
+                    (f"The command line pasted with the log sets {name}={value} ({_run_label(run)}): "
+                     if run.env_origin.get(name) == "command-line" else
+                     f"NCCL read {name}={value} from the environment ({_run_label(run)}): ")
+                    + f"{effect}.{seen_effect} "
                     "Such settings are often left over from working around a hang on another machine and silently "
                     "cost bandwidth on every job."
                 ),
@@ -444,7 +448,9 @@ def check_gdrdma_not_used(machine: Machine, earlier: list[Finding]) -> Iterable[
 def check_warnings(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     reported: set[tuple] = set()
     for run in machine.nccl:
-        messages = [m for m in run.messages if (m.level, m.file, m.line_no, m.text) not in reported]
+        # root causes with a finding of their own (nccl_causes, the AMD IOMMU rule) are not listed again
+        messages = [m for m in run.messages if (m.level, m.file, m.line_no, m.text) not in reported
+                    and not claimed(m, run)]
         if not messages:
             continue
         for m in messages:

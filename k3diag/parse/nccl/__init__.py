@@ -29,6 +29,8 @@ Modules: `patterns` (line shapes, bounds), `state` (threads, instances, folded c
 from __future__ import annotations
 
 import gc
+import os
+import stat
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -39,14 +41,18 @@ from k3diag.parse.nccl.sniff import bus_id_from_tests_header, sniff
 
 __all__ = [
     "DETAIL_RUNS", "NcclLogResult", "TESTS_RANK_RE", "bus_id_from_tests_header", "parse", "parse_evidence",
-    "parse_path", "parse_stream", "sniff",
+    "parse_bytes", "parse_path", "parse_stream", "sniff",
 ]
 
 
-def parse_stream(lines: Iterable[str], input_name: str, first_line: int = 1) -> NcclLogResult:
+def parse_stream(lines: Iterable[str], input_name: str, first_line: int = 1,
+                 command: str | None = None) -> NcclLogResult:
     """Parse a log given as lines (with or without line endings) in bounded memory; never raises.
-    This is the exact path: every line goes through the per-line classifier."""
+    This is the exact path: every line goes through the per-line classifier. `command` is the command
+    line pasted before the output (`$ NCCL_P2P_DISABLE=1 torchrun ...`), when a splitter took it off."""
     parser = NcclLogParser(input_name)
+    if command and "NCCL_" in command:
+        parser._cmdline_env(command, None)  # the prompt's own line number is not known here
     with gc_paused():
         try:
             parser.feed(lines, first_line)
@@ -59,7 +65,8 @@ def parse_stream(lines: Iterable[str], input_name: str, first_line: int = 1) -> 
 
 
 def parse(section, input_name: str) -> NcclLogResult:
-    return parse_stream(section.text.split("\n"), input_name, first_line=section.first_line)
+    return parse_stream(section.text.split("\n"), input_name, first_line=section.first_line,
+                        command=getattr(section, "command", None))
 
 
 def parse_path(path, input_name: str | None = None, workers: int | None = None) -> NcclLogResult:
@@ -69,11 +76,34 @@ def parse_path(path, input_name: str | None = None, workers: int | None = None) 
     return parse_file(path, input_name or str(path), workers=workers)
 
 
+def parse_bytes(data: bytes, input_name: str) -> NcclLogResult:
+    """Parse a UTF-8 log held in memory (a bundle member) through the fast path, in one process."""
+    from k3diag.parse.nccl.fast import CHUNK_BYTES
+
+    parser = NcclLogParser(input_name)
+    with gc_paused():
+        lineno, start, size = 1, 0, len(data)
+        while start < size:
+            end = data.rfind(b"\n", start, min(size, start + CHUNK_BYTES)) + 1
+            if end <= start:
+                end = data.find(b"\n", start + CHUNK_BYTES) + 1 or size
+            piece = data[start:end]
+            lineno = parser.feed_bytes(piece if piece.endswith(b"\n") else piece + b"\n", lineno)
+            start = end
+        return parser.finish()
+
+
 def parse_evidence(item, input_name: str) -> NcclLogResult:
-    """What `k3diag analyze` calls: the fast path for a UTF-8 file on disk, lines otherwise."""
-    path = getattr(item, "path", None)
-    if path is not None and getattr(item, "data", None) is None and item.encoding == "utf-8":
-        return parse_path(path, input_name)
+    """What `k3diag analyze` calls: the bytes fast path (split across cores when big) for UTF-8 text in
+    a regular file or in memory; the line reader of `Evidence` for anything else (UTF-16, pipes)."""
+    try:
+        if item.encoding == "utf-8":
+            if item.data is not None:
+                return parse_bytes(item.data, input_name)
+            if item.path is not None and stat.S_ISREG(os.stat(item.path).st_mode):
+                return parse_path(item.path, input_name)
+    except OSError:
+        pass
     return parse_stream(item.iter_lines(), input_name)
 
 

@@ -14,6 +14,7 @@ from k3diag.model.nccl import (
     NcclGraph,
     NcclMessage,
     NcclMnnvlHealth,
+    NcclNvlsSupport,
     NcclP2PDisabled,
     NcclPath,
     NcclRank,
@@ -221,6 +222,9 @@ class LineHandlers:
         if "healthMask" in body:
             self._mnnvl_health(raw, body, pre, lineno)
             return
+        if body.startswith("NVLS multicast support is"):
+            self._nvls_support(raw, body, pre, lineno)
+            return
         if "version" in body and ("NCCL version" in body or "RCCL version" in body):
             self._version(raw, lineno)
             return
@@ -329,7 +333,8 @@ class LineHandlers:
             if len(self.instances) >= P.MAX_INSTANCES:
                 self.dropped_instances += 1
                 return
-            inst = Instance(key=ikey, host=thread.host, pid=thread.pid, ptr=ptr)
+            inst = Instance(key=ikey, host=thread.host, pid=thread.pid, ptr=ptr, first_line=lineno)
+            inst.clean = not self.cut_part or (thread.head_closed and "Init START" in body)
             self.instances[ikey] = inst
         try:
             if "rank" in values and inst.rank is None:
@@ -364,14 +369,41 @@ class LineHandlers:
             thread.head_closed = True
             thread.adopter = ikey
             thread.current = None
+            inst.clean = False
         self._adopt_pending(thread, inst)
         if " nRanks " in body and "rank" not in values:
             # RCCL suffix on a connection/progress line: the thread works on this communicator
             thread.current = inst
         elif complete:
             thread.current = None
+            inst.complete = True
+            if inst.comm_id and inst.nranks and inst.rank is not None:
+                self._rank_complete(inst)
         else:
             thread.current = inst
+
+    def _rank_complete(self, inst: Instance) -> None:
+        """When every rank of a communicator completed its init, build the run now and let its
+        instances go: memory stays bounded however many communicators a log holds."""
+        key = "id:" + inst.comm_id
+        track = self.tracks.get(key)
+        if track is None:
+            if len(self.tracks) >= P.MAX_INSTANCES:
+                return
+            track = self.tracks[key] = {}
+        track[inst.rank] = inst
+        if len(track) < inst.nranks:
+            return
+        del self.tracks[key]
+        members = [i for i in self.instances.values() if i.comm_id == inst.comm_id] \
+            if len(track) != inst.nranks else list(track.values())
+        if not all(i.clean and i.complete and self.instances.get(i.key) is i for i in members):
+            return
+        from k3diag.parse.nccl.runs import finalize_run
+
+        for member in members:
+            del self.instances[member.key]
+        finalize_run(self, key, members)
 
     def _adopt_pending(self, thread: Thread, inst: Instance) -> None:
         if thread.pending:
@@ -508,6 +540,16 @@ class LineHandlers:
         if key not in self.mnnvl_health:
             self.mnnvl_health[key] = NcclMnnvlHealth(mask=key[1], host=host, source=self._source(lineno, raw))
 
+    def _nvls_support(self, raw: str, body: str, pre: str, lineno: int) -> None:
+        match = P.NVLS_SUPPORT_RE.match(body)
+        if not match or len(self.nvls_support) >= 200:
+            return
+        host = self._thread(pre).host
+        key = (host, match.group("dev"), match.group("not") is None)
+        if key not in self.nvls_support:
+            self.nvls_support[key] = NcclNvlsSupport(available=key[2], gpu=int(key[1]) if key[1].isdigit() else None,
+                                                     host=host, source=self._source(lineno, raw))
+
     def _path(self, raw: str, body: str, pre: str, lineno: int) -> None:
         head = P.PATH_HEAD_RE.match(body)
         if not head or len(self.paths) >= P.MAX_PATHS:
@@ -556,20 +598,24 @@ class LineHandlers:
 
 _COMM_KEYS = {"rank": "rank", "nranks": "nranks", "nRanks": "nranks", "nNodes": "nnodes", "localRanks": "localranks",
               "localRank": "localrank", "cudaDev": "cudadev", "nvmlDev": "nvmldev", "busId": "busid", "commId": "commid"}
+_COMM_KEY_SET = frozenset(_COMM_KEYS)
+_COMM_KEY_ORDER = {token: index for index, token in enumerate(_COMM_KEYS)}
 _HEX = frozenset("0123456789abcdefABCDEFx")
 
 
 def _comm_values(body: str) -> dict[str, str]:
     """`rank 3 nRanks 16 nNodes 2 ... busId 1b000 commId 0x..`: the first value of each known key
-    (one `split` instead of a regex: three such lines per rank and communicator)."""
+    (a C-level dict of token -> next token instead of a regex: three such lines per rank and
+    communicator; built from the end so that the first occurrence wins)."""
     tokens = body.split()
+    following = dict(zip(tokens[-2::-1], tokens[:0:-1]))
     values: dict[str, str] = {}
-    keys = _COMM_KEYS
-    for index in range(len(tokens) - 1):
-        name = keys.get(tokens[index])
-        if name is not None and name not in values:
-            value = tokens[index + 1].rstrip(",;.")
-            if value and _HEX.issuperset(value) and (value.find("x") in (-1, 1)):
+    for token in sorted(_COMM_KEY_SET.intersection(following), key=_COMM_KEY_ORDER.__getitem__):
+        name = _COMM_KEYS[token]
+        value = following[token]
+        if name not in values:
+            value = value.rstrip(",;.")
+            if value and _HEX.issuperset(value) and value.find("x") in (-1, 1):
                 values[name] = value
     return values
 

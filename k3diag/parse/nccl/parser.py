@@ -40,6 +40,7 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
         self.paths: dict[tuple, object] = {}
         self.channel_counts: dict[tuple, object] = {}
         self.mnnvl_health: dict[tuple, object] = {}
+        self.nvls_support: dict[tuple, object] = {}
         self.hosts_seen: dict[str, SourceRef] = {}
         self.net = NcclNet()
         self.tests_ranks: dict[int, NcclRank] = {}
@@ -53,6 +54,11 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
         self.unknown_conn = 0
         self.trees_kept = 0
         self._shared_cache: dict | None = None
+        # communicators whose ranks are completing: "id:<commId>" -> {rank: instance}
+        self.tracks: dict[str, dict[int, Instance]] = {}
+        from k3diag.parse.nccl.runs import RunKeeper
+
+        self.keeper = RunKeeper()
 
     def shared(self) -> dict:
         """Process-wide facts, built once and shared by every run (a log can hold thousands of
@@ -78,6 +84,7 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
                 "paths": list(self.paths.values()),
                 "channel_counts": list(self.channel_counts.values()),
                 "mnnvl_health": list(self.mnnvl_health.values()),
+                "nvls_support": list(self.nvls_support.values()),
             }
         return self._shared_cache
 
@@ -89,6 +96,7 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
     def drop_caches(self) -> None:
         """Before the state travels between processes: caches are rebuilt on demand."""
         self.prefix_cache = {}
+        self.tracks = {}
         self.head_cache = {}
         self.rest_cache = {}
         self.ring_cache = {}

@@ -84,6 +84,7 @@ NET_PLUGIN_LOADED_RE = re.compile(r"NET/Plugin\s*:?\s*(?:Loaded net plugin|Plugi
 # `<n> coll channels, <n> collnet channels, <n> nvls channels, <n> p2p channels, ...` (2.17+)
 CHANNEL_COUNTS_RE = re.compile(r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
                                r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels")
+NVLS_SUPPORT_RE = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\S+)")
 # MNNVL: `MNNVL busId 0x... cliqueId 0x... state 3 healthMask 0xaa`
 HEALTH_MASK_RE = re.compile(r"healthMask (?P<mask>0x[0-9a-fA-F]+)")
 # nccl-tests headers: `#  Rank  0 Group  0 Pid 895544 on     h100-2 device  0 [0002:00:01] NVIDIA H100 80GB HBM3`,
@@ -111,7 +112,6 @@ TAG_NEEDS = {
     "INFO Conn": "comm 0x",  # RCCL's `Connected all rings comm 0x.. nRanks ..`, not NCCL's plain line
     "INFO init": "rsmi",  # RCCL's `initialized internal alternative rsmi functionality`
     "INFO MNNV": "healthMask",
-    "INFO NVLS": "comm 0x",
 }
 # one dict lookup per line: 1 = maybe a connection line, 2 = a line to read
 TAG_ACTIONS = {**{tag: 1 for tag in CONN_TAGS}, **{tag: 2 for tag in INFO_TAGS}}
@@ -129,6 +129,6 @@ HANDLED_BODY_STARTS = (
     b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9",
 )
 HANDLED_BODY_NEEDS = {
-    b"P2P ": b"P2P is disabled", b"Conn": b"comm 0x", b"init": b"rsmi", b"MNNV": b"healthMask", b"NVLS": b"comm 0x",
+    b"P2P ": b"P2P is disabled", b"Conn": b"comm 0x", b"init": b"rsmi", b"MNNV": b"healthMask",
 }
 CONN_BODY_STARTS = (b"Channel ", b"Ring ")

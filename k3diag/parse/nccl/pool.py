@@ -41,7 +41,11 @@ def parse_file(path, input_name: str, workers: int | None = None):
             _read_range(parser, path, 0, size, 1)
             return parser.finish()
         cuts = _cut_points(path, size, workers)
-        parts = list(zip(cuts[:-1], cuts[1:]))
+        parts = [(start, end) for start, end in zip(cuts[:-1], cuts[1:]) if end > start]
+        if len(parts) < 2:  # a file of a few long lines cannot be cut
+            parser = NcclLogParser(input_name)
+            _read_range(parser, path, 0, size, 1)
+            return parser.finish()
         parsers = _run_parts(path, input_name, parts)
         merged = parsers[0]
         for later in parsers[1:]:
@@ -198,6 +202,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
         if thread.current is not None and id(thread.current) in merged:
             thread.current = merged[id(thread.current)]
     a.conn_overflow += over + b.conn_overflow
+    a.keeper.absorb(b.keeper)
     _merge_facts(a, b)
 
 
@@ -232,7 +237,7 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
             a.messages_dropped += msg.count
     for table, cap in (("p2p_disabled", P.MAX_P2P_DISABLED), ("gdr", P.MAX_GDR), ("dmabuf", P.MAX_DMABUF),
                        ("graphs", P.MAX_GRAPHS), ("paths", P.MAX_PATHS), ("channel_counts", 200),
-                       ("mnnvl_health", 200)):
+                       ("mnnvl_health", 200), ("nvls_support", 200)):
         mine, theirs = getattr(a, table), getattr(b, table)
         for key, value in theirs.items():
             if key not in mine and len(mine) < cap:

@@ -32,10 +32,138 @@ class NcclLogResult:
     summary: NcclSummary = field(default_factory=NcclSummary)
     # every host named on an NCCL line, ranked or not, with the first such line
     hosts_seen: dict[str, SourceRef] = field(default_factory=dict)
+    identity: object = None  # k3diag.model.identity.InputIdentity
 
     @property
     def connections(self) -> list[NcclConnection]:
         return [conn for run in self.runs for conn in run.connections]
+
+
+class _Kept:
+    """A run in the keeper's heap, ordered by what makes it worth reporting in full."""
+
+    __slots__ = ("rank", "run", "summary")
+
+    def __init__(self, rank: tuple, run: NcclRun | None, summary: NcclRunSummary) -> None:
+        self.rank = rank
+        self.run = run
+        self.summary = summary
+
+    def __lt__(self, other: "_Kept") -> bool:
+        return self.rank < other.rank
+
+
+class RunKeeper:
+    """The `DETAIL_RUNS` runs that matter most, in full; exact counters of the others, by shape."""
+
+    def __init__(self) -> None:
+        self.heap: list[_Kept] = []
+        self.shapes: dict[tuple, dict] = {}
+        self.total = 0
+
+    def offer(self, parser, key: str, insts: list[Instance], extra: dict, first_line: int,
+              allow_empty: bool = False) -> None:
+        """A finished communicator: built in full only if it ranks among the runs kept."""
+        if not (allow_empty or extra or any(i.conns or i.rings or i.ring_next or i.trees
+                                                 or (i.rank is not None and i.ptr is not None) for i in insts)):
+            return  # nothing a run would show
+        problem, summary = _stats(insts, extra)
+        rank = ((1 if problem else 0, summary.nranks or 0, summary.pairs), -first_line, key)
+        self.total += 1
+        if len(self.heap) >= P.DETAIL_RUNS and rank < self.heap[0].rank:
+            self._count(summary)
+            return
+        run = _build_run(parser, key, insts, extra, allow_empty)
+        if run is None:
+            self.total -= 1
+            return
+        self._push(_Kept(rank, run, summary))
+
+    def _push(self, kept: _Kept) -> None:
+        if len(self.heap) < P.DETAIL_RUNS:
+            heapq.heappush(self.heap, kept)
+            return
+        self._count(heapq.heappushpop(self.heap, kept).summary)
+
+    def _count(self, item: NcclRunSummary, times: int = 1, comm_ids: list | None = None) -> None:
+        group = self.shapes.get(item.shape())
+        if group is None:
+            group = self.shapes[item.shape()] = {"item": item, "count": 0, "comm_ids": []}
+        group["count"] += times
+        # the first few comm ids in sorted order: the same whatever order runs were built in
+        ids = set(group["comm_ids"]) | {c for c in (comm_ids if comm_ids is not None else [item.comm_id]) if c}
+        group["comm_ids"] = sorted(ids)[:8]
+
+    def absorb(self, other: "RunKeeper") -> None:
+        """Runs another part of the file built (its share of the total is counted there)."""
+        self.total += other.total
+        for group in other.shapes.values():
+            self._count(group["item"], group["count"], group["comm_ids"])
+        for kept in other.heap:
+            self._push(kept)
+
+    def summary(self) -> NcclSummary:
+        summary = NcclSummary(runs_total=self.total, runs_detailed=len(self.heap), detail_limit=P.DETAIL_RUNS)
+        summary.groups = [(group["item"], group["count"], group["comm_ids"]) for group in self.shapes.values()]
+        return summary
+
+
+def _stats(insts: list[Instance], extra: dict) -> tuple[bool, NcclRunSummary]:
+    """Exact counters of a run straight from its instances (no records built), and whether it shows
+    a problem worth reporting in full: NET over sockets or without GDRDMA, a same-host pair off P2P."""
+    folded: dict[tuple, tuple[str, set]] = {}
+    nranks = nnodes = suffix = 0
+    host_of: dict[int, str] = {}
+    for source in [inst.conns for inst in insts] + [extra]:
+        for key, agg in source.items():
+            entry = folded.get(key)
+            if entry is None:
+                folded[key] = (agg.transport, set(agg.codes))
+            else:
+                entry[1].update(agg.codes)
+            if agg.nranks_suffix:
+                suffix = max(suffix, agg.nranks_suffix)
+    for inst in insts:
+        nranks = max(nranks, inst.nranks or 0)
+        nnodes = max(nnodes, inst.nnodes or 0)
+        if inst.ptr is not None and inst.rank is not None and inst.host:
+            host_of.setdefault(inst.rank, inst.host)
+    counts = {"P2P": 0, "SHM": 0, "NET": 0}
+    problem = False
+    for (src, dst, via, _), (transport, codes) in folded.items():
+        counts[transport] = counts.get(transport, 0) + len(codes)
+        if problem:
+            continue
+        if transport == "NET" and ("socket" in via.lower() or "GDRDMA" not in via):
+            problem = True
+        elif transport != "P2P" and host_of.get(src) is not None and host_of.get(src) == host_of.get(dst):
+            problem = True
+    hosts = set(host_of.values())
+    comm_id = next((i.comm_id for i in insts if i.comm_id), None)
+    summary = NcclRunSummary(comm_id=comm_id, nranks=nranks or suffix or None, nodes=nnodes or len(hosts) or None,
+                             hosts=len(hosts), transport_counts=counts, pairs=len(folded))
+    return problem, summary
+
+
+def finalize_run(parser, key: str, members: list[Instance]) -> None:
+    parser.keeper.offer(parser, key, members, {}, min((m.first_line for m in members), default=0))
+
+
+def _finalize_complete(parser) -> None:
+    """Communicators whose every rank completed but that were not built while reading (a part of a
+    file cut across them, or ranks completing in another part)."""
+    by_comm: dict[str, list[Instance]] = {}
+    for inst in parser.instances.values():
+        if inst.comm_id and inst.ptr is not None:
+            by_comm.setdefault(inst.comm_id, []).append(inst)
+    for comm_id, members in by_comm.items():
+        nranks = members[0].nranks
+        ranks = {m.rank for m in members if m.complete and m.rank is not None}
+        if not nranks or len(ranks) != nranks or not all(m.complete for m in members):
+            continue
+        for member in members:
+            del parser.instances[member.key]
+        finalize_run(parser, "id:" + comm_id, members)
 
 
 def finish(parser) -> NcclLogResult:
@@ -50,6 +178,7 @@ def finish(parser) -> NcclLogResult:
             parser.conn_overflow += absorb_all(bucket, thread.pending, P.MAX_CONN_KEYS_PER_INSTANCE)
             thread.pending = {}
 
+    _finalize_complete(parser)
     groups: dict[str, list[Instance]] = {}
     for inst in parser.instances.values():
         if inst.ptr is None and not (inst.rings or inst.ring_next or inst.trees or inst.conns):
@@ -83,31 +212,20 @@ def finish(parser) -> NcclLogResult:
     for key in extra:
         groups.setdefault(key, [])
 
-    keep: list[tuple] = []  # heap of (priority, order, run)
-    summary = result.summary
-    summary.detail_limit = P.DETAIL_RUNS
+    keeper = parser.keeper
+    for key in sorted(groups, key=_run_sort_key):
+        insts = groups.pop(key)
+        bodies = extra.pop(key, {})
+        keeper.offer(parser, key, insts, bodies, _first_line(insts, bodies))
+    if not keeper.heap and (parser.env or parser.messages or parser.version or parser.p2p_disabled
+                            or parser.lines_nccl or parser.cmdline_env):
+        keeper.offer(parser, "default", [], {}, 0, allow_empty=True)
     library = _library(parser)
-    for order, key in enumerate(sorted(groups, key=_run_sort_key)):
-        run = _build_run(parser, key, groups.pop(key), extra.pop(key, {}))
-        if run is None:
-            continue
-        run.library = library
-        summary.runs_total += 1
-        entry = (_priority(run), -order, run)
-        if len(keep) < P.DETAIL_RUNS:
-            heapq.heappush(keep, entry)
-        else:
-            dropped = heapq.heappushpop(keep, entry)[2]
-            summary.summaries.append(_summarize(dropped))
-    if not keep and (parser.env or parser.messages or parser.version or parser.p2p_disabled or parser.lines_nccl
-                     or parser.cmdline_env):
-        run = _build_run(parser, "default", [], {})
-        if run is not None:
-            run.library = library
-            summary.runs_total += 1
-            keep.append(((0,), 0, run))
-    result.runs = [entry[2] for entry in sorted(keep, key=lambda e: -e[1])]
-    summary.runs_detailed = len(result.runs)
+    kept = sorted(keeper.heap, key=lambda k: -k.rank[1])  # in the order they appear in the log
+    result.runs = [k.run for k in kept]
+    for run in result.runs:
+        _complete_run(parser, run, library)
+    result.summary = keeper.summary()
     _attach_unranked_hosts(parser, result)
 
     result.library = library
@@ -116,10 +234,42 @@ def finish(parser) -> NcclLogResult:
     result.lines_skipped = parser.skipped
     result.skipped_lines = sorted(parser.skipped_lines)[: P.MAX_EXAMPLES]
     _warnings(parser, result)
+    result.identity = _identity(result)
     return result
 
 
+def _identity(result: NcclLogResult):
+    """What the log says of its machine: a one-host log names it and its GPUs' bus ids (a multi-node
+    log describes several machines, so it claims none of them)."""
+    from k3diag.model.identity import InputIdentity
+
+    identity = InputIdentity()
+    hosts = set(result.hosts_seen) | {h for run in result.runs for h in run.hosts}
+    if len(hosts) != 1:
+        return identity
+    host = next(iter(hosts))
+    identity.add_hostname(host, result.hosts_seen.get(host))
+    for run in result.runs:
+        for info in run.ranks:
+            if info.bus_id and info.host in (host, None):
+                identity.add_bus_id(info.bus_id, info.source)
+    return identity
+
+
+def _first_line(insts: list[Instance], extra: dict) -> int:
+    """Where a run starts in the log, the same on every path (instances built from a cut part's head
+    have no line of their own: their lines decide)."""
+    lines = [i.first_line for i in insts if i.ptr is not None]
+    if not lines:
+        lines = [agg.lineno for agg in extra.values()] + [agg.lineno for i in insts for agg in i.conns.values()]
+        for inst in insts:
+            lines.extend(src.line for _, src in (inst.rings or {}).values() if src is not None and src.line)
+            lines.extend(t.source.line for t in (inst.trees or {}).values() if t.source is not None and t.source.line)
+    return min(lines, default=1 << 62)
+
+
 def _library(parser) -> str | None:
+    """RCCL when anything said so (its spellings, `librccl`, an RCCL version line), else NCCL."""
     if parser.rccl_hints:
         return "RCCL"
     if parser.library is None and (parser.instances or parser.lines_nccl):
@@ -177,31 +327,8 @@ def _attach_unranked_hosts(parser, result: NcclLogResult) -> None:
         largest.nodes = len(largest.hosts)
 
 
-def _priority(run: NcclRun) -> tuple:
-    return (1 if _shows_problem(run) else 0, run.nranks or 0, len(run.connections))
-
-
-def _shows_problem(run: NcclRun) -> bool:
-    hosts = {info.rank: info.host for info in run.ranks}
-    for conn in run.connections:
-        if conn.transport == "NET":
-            if "socket" in conn.via.lower() or "GDRDMA" not in conn.via:
-                return True
-        if conn.transport != "P2P":
-            host = hosts.get(conn.src_rank)
-            if host is not None and host == hosts.get(conn.dst_rank):
-                return True
-    return bool(run.p2p_disabled)
-
-
-def _summarize(run: NcclRun) -> NcclRunSummary:
-    return NcclRunSummary(comm_id=run.comm_id, nranks=run.nranks, nodes=run.nodes, hosts=len(run.hosts),
-                          transport_counts=run.transport_counts(), pairs=len(run.connections), input=run.input)
-
-
-def _build_run(parser, key: str, insts: list[Instance], extra: dict) -> NcclRun | None:
-    run = NcclRun(input=parser.input, library=None, version=parser.version)
-    run.version_source = parser.version_source
+def _build_run(parser, key: str, insts: list[Instance], extra: dict, allow_empty: bool = False) -> NcclRun | None:
+    run = NcclRun(input=parser.input, library=None, version=None)
     run.comm_id = key[3:] if key.startswith("id:") else None
     ranks: dict[int, NcclRank] = {}
     nranks: set[int] = set()
@@ -244,17 +371,6 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict) -> NcclRun 
             nranks.add(agg.nranks_suffix)
     if run.nranks is None and nranks:
         run.nranks = max(nranks)
-    # nccl-tests headers name the host and device of every rank
-    if parser.tests_ranks and (run.nranks is None or len(parser.tests_ranks) <= run.nranks):
-        for rank, info in parser.tests_ranks.items():
-            known = ranks.get(rank)
-            if known is None:
-                ranks[rank] = NcclRank(info.rank, info.host, info.pid, info.cuda_dev, None, info.bus_id, info.source)
-            else:
-                known.host = known.host or info.host
-                known.bus_id = known.bus_id or info.bus_id
-                if known.cuda_dev is None:
-                    known.cuda_dev = info.cuda_dev
     run.ranks = [ranks[r] for r in sorted(ranks)]
     run.hosts = sorted({r.host for r in run.ranks if r.host})
     if run.nodes_reported is not None:
@@ -281,6 +397,32 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict) -> NcclRun 
     run.rings = [ring_map[ch] for ch in sorted(ring_map)]
     run.trees = [trees[k] for k in sorted(trees)]
 
+    if not (allow_empty or run.connections or run.ranks or run.rings or run.trees):
+        return None
+    return run
+
+
+def _complete_run(parser, run: NcclRun, library: str | None) -> None:
+    """What the whole log says, given to each run reported in full once the last line is read."""
+    run.library = library
+    run.version = parser.version
+    run.version_source = parser.version_source
+    # nccl-tests headers name the host and device of every rank
+    if parser.tests_ranks and (run.nranks is None or len(parser.tests_ranks) <= run.nranks):
+        ranks = {info.rank: info for info in run.ranks}
+        for rank, info in parser.tests_ranks.items():
+            known = ranks.get(rank)
+            if known is None:
+                ranks[rank] = NcclRank(info.rank, info.host, info.pid, info.cuda_dev, None, info.bus_id, info.source)
+            else:
+                known.host = known.host or info.host
+                known.bus_id = known.bus_id or info.bus_id
+                if known.cuda_dev is None:
+                    known.cuda_dev = info.cuda_dev
+        run.ranks = [ranks[r] for r in sorted(ranks)]
+        run.hosts = sorted({r.host for r in run.ranks if r.host})
+        if run.nodes_reported is None and run.hosts:
+            run.nodes = len(run.hosts)
     shared = parser.shared()
     run.env = shared["env"]
     run.env_sources = shared["env_sources"]
@@ -294,12 +436,9 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict) -> NcclRun 
     run.paths = shared["paths"]
     run.channel_counts = shared["channel_counts"]
     run.mnnvl_health = shared["mnnvl_health"]
+    run.nvls_support = shared["nvls_support"]
     run.net = parser.net
     run.connections_dropped = parser.conn_overflow
-    if not (run.connections or run.ranks or run.rings or run.trees or run.env or run.messages or run.version
-            or run.p2p_disabled or run.paths or run.graphs):
-        return None
-    return run
 
 
 def _ranks_from_connection(ranks: dict[int, NcclRank], agg: ConnAgg, source: SourceRef, prefix_cache: dict,

@@ -75,6 +75,11 @@ class Instance:
     nnodes: int | None = None
     source: SourceRef | None = None
     source_complete: bool = False  # `source` is the Init COMPLETE line (preferred)
+    first_line: int = 0  # where the instance was first seen: orders runs the same way on every path
+    complete: bool = False  # its `Init COMPLETE` line was read
+    # May its communicator be built as soon as every rank completed? Always in one pass over a file;
+    # in a part cut for parallel parsing only if this part saw its `Init START` after the thread's head.
+    clean: bool = True
     conns: dict = field(default_factory=dict)  # ConnKey -> ConnAgg
     # created on first use: most instances never need them, and a big log holds tens of thousands
     rings: dict | None = None  # channel -> (order, source)
@@ -83,6 +88,7 @@ class Instance:
 
     def absorb(self, later: "Instance", cap: int) -> int:
         """Merge what a later part of the file said about the same instance, as one pass would have."""
+        self.complete = self.complete or later.complete
         if self.rank is None:
             self.rank = later.rank
         if self.nranks is None:
