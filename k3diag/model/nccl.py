@@ -466,6 +466,8 @@ class NcclSummary:
     runs_detailed: int = 0
     detail_limit: int = 0
     groups: list[tuple[NcclRunSummary, int, list[str]]] = field(default_factory=list)  # (shape, count, comm ids)
+    # connection lines printed after a summarized run was built (lazy p2p connections): counted here
+    late_lines: int = 0
 
     @property
     def runs_summarized(self) -> int:
@@ -486,5 +488,6 @@ class NcclSummary:
             "runs_summarized": self.runs_summarized,
             "detail_limit": self.detail_limit,
             "summarized_transport_counts": totals,
+            "summarized_late_connection_lines": self.late_lines,
             "summarized": sorted(rows, key=lambda g: (-g["count"], -(g["nranks"] or 0), str(g["comm_ids"]))),
         }

@@ -67,10 +67,11 @@ def _nccl_summary(machine: Machine) -> dict | None:
     if not summaries:
         return None
     total = {"runs_total": 0, "runs_detailed": 0, "runs_summarized": 0, "detail_limit": 0,
-             "summarized_transport_counts": {"P2P": 0, "SHM": 0, "NET": 0}, "summarized": []}
+             "summarized_transport_counts": {"P2P": 0, "SHM": 0, "NET": 0}, "summarized_late_connection_lines": 0,
+             "summarized": []}
     for name, summary in summaries:
         data = summary.to_json()
-        for key in ("runs_total", "runs_detailed", "runs_summarized"):
+        for key in ("runs_total", "runs_detailed", "runs_summarized", "summarized_late_connection_lines"):
             total[key] += data[key]
         total["detail_limit"] = max(total["detail_limit"], data["detail_limit"])
         for family, number in data["summarized_transport_counts"].items():

@@ -56,6 +56,9 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
         self._shared_cache: dict | None = None
         # communicators whose ranks are completing: "id:<commId>" -> {rank: instance}
         self.tracks: dict[str, dict[int, Instance]] = {}
+        # runs built while reading: their keys, and which processes took part in each
+        self.finalized_keys: set[str] = set()
+        self.finalized_procs: dict[tuple, set[str]] = {}
         from k3diag.parse.nccl.runs import RunKeeper
 
         self.keeper = RunKeeper()

@@ -203,6 +203,9 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
             thread.current = merged[id(thread.current)]
     a.conn_overflow += over + b.conn_overflow
     a.keeper.absorb(b.keeper)
+    a.finalized_keys |= b.finalized_keys
+    for proc, keys in b.finalized_procs.items():
+        a.finalized_procs.setdefault(proc, set()).update(keys)
     _merge_facts(a, b)
 
 

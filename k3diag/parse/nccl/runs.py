@@ -60,6 +60,7 @@ class RunKeeper:
         self.heap: list[_Kept] = []
         self.shapes: dict[tuple, dict] = {}
         self.total = 0
+        self.late_lines = 0  # connection lines printed after a summarized run was built
 
     def offer(self, parser, key: str, insts: list[Instance], extra: dict, first_line: int,
               allow_empty: bool = False) -> None:
@@ -97,13 +98,15 @@ class RunKeeper:
     def absorb(self, other: "RunKeeper") -> None:
         """Runs another part of the file built (its share of the total is counted there)."""
         self.total += other.total
+        self.late_lines += other.late_lines
         for group in other.shapes.values():
             self._count(group["item"], group["count"], group["comm_ids"])
         for kept in other.heap:
             self._push(kept)
 
     def summary(self) -> NcclSummary:
-        summary = NcclSummary(runs_total=self.total, runs_detailed=len(self.heap), detail_limit=P.DETAIL_RUNS)
+        summary = NcclSummary(runs_total=self.total, runs_detailed=len(self.heap), detail_limit=P.DETAIL_RUNS,
+                              late_lines=self.late_lines)
         summary.groups = [(group["item"], group["count"], group["comm_ids"]) for group in self.shapes.values()]
         return summary
 
@@ -147,6 +150,12 @@ def _stats(insts: list[Instance], extra: dict) -> tuple[bool, NcclRunSummary]:
 
 def finalize_run(parser, key: str, members: list[Instance]) -> None:
     parser.keeper.offer(parser, key, members, {}, min((m.first_line for m in members), default=0))
+    # which processes took part: connection lines they print after init (lazy p2p) still find the run
+    procs = parser.finalized_procs
+    for member in members:
+        if len(procs) < P.MAX_INSTANCES:
+            procs.setdefault((member.host, member.pid), set()).add(key)
+    parser.finalized_keys.add(key) if len(parser.finalized_keys) < P.MAX_INSTANCES else None
 
 
 def _finalize_complete(parser) -> None:
@@ -198,17 +207,22 @@ def finish(parser) -> NcclLogResult:
         for inst in insts:
             by_process.setdefault((inst.host, inst.pid), set()).add(key)
     extra: dict[str, dict] = {}
+    late: dict[str, dict] = {}  # for runs built while reading (their instances are gone)
+    only_run = None
+    if len(groups) + len(parser.finalized_keys) == 1:
+        only_run = next(iter(groups)) if groups else next(iter(parser.finalized_keys))
     for proc, bodies in parser.orphans.items():
-        keys = sorted(by_process.get(proc, ()))
+        keys = sorted(by_process.get(proc, set()) | parser.finalized_procs.get(proc, set()))
         if len(keys) == 1:
             target = keys[0]
-        elif len(groups) == 1:
-            target = next(iter(groups))
-        elif not groups:
+        elif only_run is not None:
+            target = only_run
+        elif not groups and not parser.finalized_keys:
             target = "default"
         else:
             target = "unattributed"
-        parser.conn_overflow += absorb_all(extra.setdefault(target, {}), bodies, 1 << 30)
+        bucket = late if target in parser.finalized_keys and target not in groups else extra
+        parser.conn_overflow += absorb_all(bucket.setdefault(target, {}), bodies, 1 << 30)
     for key in extra:
         groups.setdefault(key, [])
 
@@ -220,6 +234,7 @@ def finish(parser) -> NcclLogResult:
     if not keeper.heap and (parser.env or parser.messages or parser.version or parser.p2p_disabled
                             or parser.lines_nccl or parser.cmdline_env):
         keeper.offer(parser, "default", [], {}, 0, allow_empty=True)
+    _attach_late(parser, late)
     library = _library(parser)
     kept = sorted(keeper.heap, key=lambda k: -k.rank[1])  # in the order they appear in the log
     result.runs = [k.run for k in kept]
@@ -254,6 +269,38 @@ def _identity(result: NcclLogResult):
             if info.bus_id and info.host in (host, None):
                 identity.add_bus_id(info.bus_id, info.source)
     return identity
+
+
+def _attach_late(parser, late: dict[str, dict]) -> None:
+    """Connection lines a process printed after its communicator was built (lazy p2p connections):
+    added to that run when it is reported in full, else counted with the summarized runs."""
+    kept = {entry.rank[2]: entry.run for entry in parser.keeper.heap}
+    for key, aggs in late.items():
+        run = kept.get(key)
+        if run is None:
+            parser.keeper.late_lines += sum(len(agg.codes) for agg in aggs.values())
+            continue
+        ranks = {info.rank: info for info in run.ranks}
+        known = {(c.src_rank, c.dst_rank, c.via, c.direction): c for c in run.connections}
+        for agg in sorted(aggs.values(), key=lambda a: a.lineno):
+            key4 = (agg.src, agg.dst, agg.via, agg.direction)
+            conn = known.get(key4)
+            channels = sorted({code >> 8 for code in agg.codes})
+            if conn is not None:
+                conn.channels = sorted(set(conn.channels) | set(channels))
+                conn.channel = conn.channels[0] if conn.channels else conn.channel
+                conn.lines += len(agg.codes)  # later lines of one instance: distinct by construction
+                continue
+            source = SourceRef(parser.input, agg.lineno, agg.text)
+            conn = known[key4] = NcclConnection(channels[0] if channels else None, agg.src, agg.dst, agg.via,
+                                                agg.transport, agg.direction, source, channels, len(agg.codes))
+            run.connections.append(conn)
+            _ranks_from_connection(ranks, agg, source, {}, agg.transport != "NET" and "MNNVL" not in agg.via)
+        run.connections.sort(key=lambda c: c.source.line if c.source and c.source.line else 0)
+        run.ranks = [ranks[r] for r in sorted(ranks)]
+        run.hosts = sorted({r.host for r in run.ranks if r.host})
+        if run.nodes_reported is None and run.hosts:
+            run.nodes = len(run.hosts)
 
 
 def _first_line(insts: list[Instance], extra: dict) -> int:
