@@ -24,6 +24,23 @@ def _read(path: Path) -> str | None:
         return None
 
 
+_CONTAINER_RE = re.compile(r"\b(docker|kubepods|containerd|cri-containerd|libpod|lxc|garden)\b")
+
+
+def _container(root: Path, proc_root: Path) -> str | None:
+    """Which container runtime the collector runs under: its cgroup path (v1 and v2 name the runtime),
+    or the marker files Docker and Podman leave at the root."""
+    cgroup = _read(proc_root / "self" / "cgroup") or _read(proc_root / "1" / "cgroup") or ""
+    match = _CONTAINER_RE.search(cgroup)
+    if match:
+        return match.group(1)
+    if (root / ".dockerenv").exists():
+        return "docker"
+    if (root / "run" / ".containerenv").exists():
+        return "podman"
+    return None
+
+
 def read_host(root: Path = Path("/")) -> dict:
     """A JSON-ready dict of what the host says about itself. Missing files give missing keys."""
     sys_root = root / "sys"
@@ -48,6 +65,13 @@ def read_host(root: Path = Path("/")) -> dict:
         reading["logical_cpus"] = len(re.findall(r"^processor\s*:", cpuinfo, re.M)) or None
         hypervisor = re.search(r"^flags\s*:.*\bhypervisor\b", cpuinfo, re.M)
         reading["virtualized"] = bool(hypervisor)
+    for name in ("sys_vendor", "product_name"):
+        value = _read(sys_root / "class" / "dmi" / "id" / name)
+        if value:
+            reading[name] = value
+    container = _container(root, proc_root)
+    if container:
+        reading["container"] = container
     meminfo = _read(proc_root / "meminfo")
     if meminfo:
         match = re.search(r"^MemTotal:\s*(\d+)\s*kB", meminfo, re.M)

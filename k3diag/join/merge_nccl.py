@@ -140,6 +140,8 @@ def merge_topo_xml(result, machine: Machine, record: InputRecord | None = None) 
                 continue
             seen.add(key)
             machine.add_link(Link(a=a, b=b, path=f"NV{count}", origin=origin, source=gpu_info.source))
+    _xml_paths(result, machine, by_bus, seen, origin)
+    _xml_virtual_signs(result, machine)
     for nic_info in getattr(result, "nics", []) or []:
         if not nic_info.name:
             continue
@@ -150,3 +152,49 @@ def merge_topo_xml(result, machine: Machine, record: InputRecord | None = None) 
             nic.bus_id = nic_info.bus_id
         if nic_info.source is not None:
             nic.sources.append(nic_info.source)
+
+
+def _xml_paths(result, machine: Machine, by_bus: dict[str, int], nvlinked: set, origin: str) -> None:
+    """PCIe path classes from where NCCL placed each GPU: under different CPUs SYS, under one CPU with no
+    PCI bridge in common PHB (through the host bridge), behind one bridge PIX, behind several PXB. Pairs
+    joined by NVLink keep only their NVLink reading; GPUs whose CPU has no NUMA id are left unknown."""
+    placed = [g for g in getattr(result, "gpus", []) or [] if g.bus_id in by_bus]
+    for i, first in enumerate(placed):
+        for second in placed[i + 1:]:
+            a, b = f"GPU{by_bus[first.bus_id]}", f"GPU{by_bus[second.bus_id]}"
+            if a == b or tuple(sorted((a, b))) in nvlinked:
+                continue
+            path = _pcie_path(first, second)
+            if path is not None:
+                machine.add_link(Link(a=a, b=b, path=path, origin=origin, source=first.source))
+
+
+def _pcie_path(first, second) -> str | None:
+    if first.numa is None or second.numa is None or first.numa < 0 or second.numa < 0:
+        return None
+    if first.numa != second.numa:
+        return "SYS"
+    common = 0
+    for x, y in zip(getattr(first, "pci_path", []), getattr(second, "pci_path", [])):
+        if x != y:
+            break
+        common += 1
+    if common == 0:
+        return "PHB"
+    if common == len(first.pci_path) == len(second.pci_path) and common == 1:
+        return "PIX"
+    return "PXB"
+
+
+def _xml_virtual_signs(result, machine: Machine) -> None:
+    from k3diag.model.virtual import VM, add_virtual_sign
+
+    gpus = getattr(result, "gpus", []) or []
+    hidden = [g for g in gpus if getattr(g, "hidden_link", False)]
+    if hidden:
+        add_virtual_sign(machine, VM, f"link_width 0 for {len(hidden)} GPU(s) in NCCL's topology XML "
+                                      "(the hypervisor hides the PCIe link)", getattr(hidden[0], "link_source", None) or hidden[0].source)
+    unknown = [g for g in gpus if getattr(g, "numa_unknown", False)]
+    if unknown:
+        add_virtual_sign(machine, VM, f"numaid -1 above {len(unknown)} GPU(s) in NCCL's topology XML "
+                                      "(no NUMA placement is visible)", unknown[0].source)

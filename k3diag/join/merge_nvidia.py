@@ -23,6 +23,7 @@ _NEAR_PATHS = {"PIX", "PXB", "PSB", "PHB", "NODE"}  # all stay inside one NUMA n
 def merge_topo_matrix(result: Any, machine: Machine, record: InputRecord) -> None:
     # `topo -mp` hides NVLink: its paths say nothing about whether an NVLink joins a pair.
     origin = "nvidia-smi-topo-mp" if getattr(result, "pcie_only", None) else "nvidia-smi-topo-matrix"
+    _note_numa_spans(result, machine)
     for name, row in result.rows.items():
         index = row.gpu_index
         if index is not None:
@@ -268,3 +269,15 @@ def _host_versions(
         host.cuda_version = cuda
         if sources.get("cuda_version") is not None:
             host.sources.append(sources["cuda_version"])
+
+
+def _note_numa_spans(result: Any, machine: Machine) -> None:
+    """`NUMA Affinity` `0-1` on every GPU: a VM whose guest NUMA layout hides where each GPU sits
+    (bare metal prints one node per GPU)."""
+    from k3diag.model.virtual import VM, add_virtual_sign
+
+    rows = [row for row in result.rows.values() if row.gpu_index is not None]
+    spans = [row for row in rows if row.numa_affinity and any(sep in row.numa_affinity for sep in "-,")]
+    if rows and len(spans) == len(rows) and len(rows) > 1:
+        add_virtual_sign(machine, VM, f"NUMA affinity {spans[0].numa_affinity} on every GPU (nvidia-smi topo -m)",
+                         spans[0].source)

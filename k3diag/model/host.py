@@ -44,7 +44,12 @@ class HostInfo:
     kernel_cmdline: str | None = None
     # "passthrough" | "translated" | "off" | None (unknown)
     iommu_mode: str | None = None
-    virtualized: bool | None = None
+    virtualized: bool | None = None  # the CPU's `hypervisor` flag
+    # /sys/class/dmi/id/sys_vendor and product_name ("QEMU", "Amazon EC2", "Microsoft Corporation")
+    sys_vendor: str | None = None
+    product_name: str | None = None
+    # what says the collector ran in a container ("docker", "kubepods", "containerd", "lxc"), None if nothing
+    container: str | None = None
     sources: list[SourceRef] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -62,4 +67,7 @@ class HostInfo:
             "kernel_cmdline": self.kernel_cmdline,
             "iommu_mode": self.iommu_mode,
             "virtualized": self.virtualized,
+            "sys_vendor": self.sys_vendor,
+            "product_name": self.product_name,
+            "container": self.container,
         }

@@ -55,6 +55,9 @@ def parse(section: Section, input_name: str) -> HostReadingsResult:
         memory_total_bytes=_int(data.get("memory_total_bytes")),
         kernel_cmdline=_str(data.get("kernel_cmdline")),
         virtualized=data.get("virtualized") if isinstance(data.get("virtualized"), bool) else None,
+        sys_vendor=_str(data.get("sys_vendor")),
+        product_name=_str(data.get("product_name")),
+        container=_str(data.get("container")),
     )
     distances: dict[int, list[int]] = {}
     node_cpus: dict[int, set[int]] = {}

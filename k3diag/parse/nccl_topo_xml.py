@@ -40,6 +40,14 @@ class TopoGpu:
     link_width: int | None = None
     nvlinks: list[tuple[str, int]] = field(default_factory=list)  # (target bus id, count)
     source: SourceRef | None = None
+    # The PCI bridges (switch ports) NCCL placed above the GPU, from the CPU down: two GPUs under one CPU
+    # with no bridge in common meet at the host bridge (PHB).
+    pci_path: list[str] = field(default_factory=list)
+    # What a hypervisor shows instead of a link: `link_width="0"`, `link_speed=""` (as printed), and
+    # `numaid="-1"` on the CPU above it.
+    hidden_link: bool = False
+    numa_unknown: bool = False
+    link_source: SourceRef | None = None  # the `<pci ... link_width=...>` line above the GPU
 
 
 @dataclass
@@ -94,13 +102,13 @@ def parse(section, input_name: str) -> NcclTopoXmlResult:
                 return SourceRef(input_name, first_line + index, line.strip())
         return None
 
-    def walk(node, numa: int | None, pci: dict | None) -> None:
+    def walk(node, numa: int | None, pci: dict | None, chain: tuple[str, ...] = ()) -> None:
         for child in node:
             if child.tag == "cpu":
                 cpu_numa = _int(child.get("numaid"))
                 result.cpus.append({"numa": cpu_numa, "affinity": child.get("affinity"),
                                     "vendor": child.get("vendor"), "arch": child.get("arch")})
-                walk(child, cpu_numa, None)
+                walk(child, cpu_numa, None, ())
             elif child.tag == "pci":
                 info = {"busid": child.get("busid"), "class": child.get("class") or "",
                         "speed": child.get("link_speed"), "width": child.get("link_width")}
@@ -109,8 +117,11 @@ def parse(section, input_name: str) -> NcclTopoXmlResult:
                     bdf = normalize_bdf(info["busid"])
                     result.gpus.append(TopoGpu(dev=None, bus_id=bdf, numa=numa, link_gen=_gen(info["speed"]),
                                                link_width=_int(info["width"]) or None,
-                                               source=source_for("pci", "busid", info["busid"])))
-                walk(child, numa, info)
+                                               source=source_for("pci", "busid", info["busid"]),
+                                               pci_path=list(chain), hidden_link=_hidden(info),
+                                               numa_unknown=numa is not None and numa < 0))
+                below = chain + (normalize_bdf(info["busid"]),) if info["busid"] and not has_gpu else chain
+                walk(child, numa, info, below)
             elif child.tag == "gpu":
                 bus = pci.get("busid") if pci else None
                 gpu = TopoGpu(
@@ -123,6 +134,10 @@ def parse(section, input_name: str) -> NcclTopoXmlResult:
                     link_gen=_gen(pci.get("speed")) if pci else None,
                     link_width=(_int(pci.get("width")) or None) if pci else None,
                     source=source_for("gpu", "dev", child.get("dev", "")),
+                    pci_path=list(chain),
+                    hidden_link=_hidden(pci) if pci else False,
+                    numa_unknown=numa is not None and numa < 0,
+                    link_source=source_for("pci", "busid", bus) if bus else None,
                 )
                 for link in child:
                     if link.tag == "nvlink" and link.get("target"):
@@ -142,7 +157,7 @@ def parse(section, input_name: str) -> NcclTopoXmlResult:
                         source=source_for("net", "name", net.get("name", "")),
                     ))
             else:
-                walk(child, numa, pci)
+                walk(child, numa, pci, chain)
 
     walk(root, None, None)
     if not result.gpus and not result.nics:
@@ -164,3 +179,8 @@ def _gen(speed: str | None) -> int | None:
         return None
     match = re.match(r"\s*([\d.]+)\s*GT/s", speed)
     return _GEN_BY_SPEED.get(match.group(1)) if match else None
+
+
+def _hidden(pci: dict) -> bool:
+    """`link_width="0"` or an empty `link_speed`: the hypervisor hides the link NCCL would read."""
+    return (pci.get("width") or "").strip() == "0" or (pci.get("speed") is not None and not pci.get("speed").strip())

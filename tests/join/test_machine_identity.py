@@ -129,3 +129,23 @@ def test_analyze_terminal_says_so_at_the_top_and_has_one_section_per_machine() -
     assert "Machine 1 of 2: 1 GPUs, NVIDIA H800, driver 525.105.17" in result.output
     assert "Machine 2 of 2: 8 GPUs" in result.output
     assert result.output.count("Verdict [") == 2
+
+
+def test_benchmark_device_lines_name_the_gpus_of_the_same_machine() -> None:
+    # The example's NVML readings with the model names taken out, and a real p2pBandwidthLatencyTest whose
+    # Device lines name GPUs at the same bus ids: the join fills each GPU's name from the line that printed it.
+    from k3diag.evidence import Evidence
+    from k3diag.join.machines import build_machines
+
+    readings = json.loads((EXAMPLE / "evidence" / "nvml-readings.json").read_text())
+    for device in readings["devices"]:
+        device.pop("name")
+    p2p = FIXTURES / "bench" / "p2pbw-8x2080ti-cannot-access-head.txt"
+    machines = build_machines([
+        Evidence(name="nvml-readings.json", data=json.dumps(readings).encode(), kind="reading", format_hint="nvml-readings"),
+        Evidence(name="p2p.txt", path=p2p),
+    ])
+    assert not machines.several
+    gpu = machines.machines[0].gpus[4]
+    assert gpu.bus_id == "0000:84:00.0" and gpu.name == "NVIDIA GeForce RTX 2080 Ti"
+    assert any(ref.input == "p2p.txt" and "pciBusID: 84" in ref.text for ref in gpu.sources)

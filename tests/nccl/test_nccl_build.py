@@ -79,6 +79,8 @@ def test_topology_xml_merges_gpus_and_nvlink_pairs():
     assert {g.index: g.bus_id for g in machine.sorted_gpus()} == {
         0: "0001:00:00.0", 1: "0002:00:00.0", 2: "0003:00:00.0", 3: "0004:00:00.0"}
     assert machine.gpus[3].numa_node == 3
-    pairs = {(link.a, link.b, link.path) for link in machine.links}
+    pairs = {(link.a, link.b, link.path) for link in machine.links if link.path.startswith("NV")}
     assert pairs == {("GPU0", "GPU1", "NV12"), ("GPU2", "GPU3", "NV12")}
+    # the other pairs sit under different CPUs of the XML: SYS, read from NCCL's placement
+    assert {link.path for link in machine.links if not link.path.startswith("NV")} == {"SYS"}
     assert machine.nics["eth0"].numa_node == 0

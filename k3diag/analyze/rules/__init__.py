@@ -15,6 +15,7 @@ from k3diag.analyze.finding import Rule
 
 RULE_MODULES: tuple[str, ...] = (
     "k3diag.analyze.rules.inputs",
+    "k3diag.analyze.rules.virtual",
     "k3diag.analyze.rules.topology",
     "k3diag.analyze.rules.pcie",
     "k3diag.analyze.rules.platform",

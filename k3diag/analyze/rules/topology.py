@@ -108,6 +108,25 @@ def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
     )
 
 
+def _one_socket_clause(machine: Machine) -> str:
+    """On bare metal a PHB/NODE path stays on one socket; inside a VM the path class is the hypervisor's, so
+    the socket is not known and the text hedges (see topology-virtualized)."""
+    from k3diag.model.virtual import is_virtualized
+
+    if is_virtualized(machine) or _virtual_bus(machine):
+        return ("On bare metal such a path stays on one socket; here the topology is virtualized, so which socket "
+                "and switch each GPU really sits on is not known (see topology-virtualized), and")
+    return "It stays on one socket and is how the board is wired, not a fault, but"
+
+
+def _virtual_bus(machine: Machine) -> bool:
+    try:
+        from k3diag.analyze.rules.virtual import machine_signs
+    except ModuleNotFoundError:
+        return False
+    return any(sign.kind == "vm" for sign in machine_signs(machine))
+
+
 def check_gpu_pair_phb(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     pairs = _pairs_on(machine, HOST_BRIDGE_PATHS)
     if not pairs:
@@ -125,7 +144,7 @@ def check_gpu_pair_phb(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
         title=f"{len(pairs)} GPU pair(s) share no PCIe switch and connect {where}",
         explanation=(
             f"Pairs {_pair_list(pairs)} have no PCIe switch in common: their traffic climbs to the CPU root complex "
-            "and back. It stays on one socket and is how the board is wired, not a fault, but NCCL's default P2P "
+            f"and back. {_one_socket_clause(machine)} NCCL's default P2P "
             "level on Intel CPUs is PXB, so such pairs fall back to host-memory copies unless NCCL_P2P_LEVEL is "
             "raised. Expect roughly half of same-switch bandwidth for collectives; TP=2 prefers pairs behind one "
             "switch (PIX/PXB) when the box has them."
