@@ -17,8 +17,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _k3diag(*args: str, library: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def _k3diag(*args: str, library: str | None = None, timeout: float = 120,
+            marker: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), NO_COLOR="1")
+    if marker:
+        env["K3DIAG_TEST_RUN"] = marker  # inherited by the probe's child: finds this test's processes only
     env.pop("K3DIAG_PROBE_LIBRARY", None)
     if library:
         env["K3DIAG_PROBE_LIBRARY"] = f"tests.probe.fake_gpu:{library}"
@@ -83,15 +86,21 @@ def test_copies_that_never_finish_stop_at_the_deadline() -> None:
 
 
 def test_a_driver_call_that_never_returns_is_killed_with_its_process_group() -> None:
+    marker = f"stuck-{os.getpid()}-{time.monotonic_ns()}"
     started = time.monotonic()
-    done = _k3diag("--deadline", "1", library="cuda_stuck")
+    done = _k3diag("--deadline", "1", library="cuda_stuck", marker=marker)
     elapsed = time.monotonic() - started
     assert 6 <= elapsed < 30
     assert done.returncode == 3
     assert "the probe did not finish within 7 s and was stopped" in done.stderr
     time.sleep(0.2)
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if "k3diag.collect.probe.child" in " ".join(p.info["cmdline"] or [])]
+    leftovers = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("K3DIAG_TEST_RUN") == marker:
+                leftovers.append(process)
+        except (psutil.Error, OSError):
+            continue
     assert leftovers == []
 
 
