@@ -68,3 +68,17 @@ def test_bare_metal_keeps_the_one_socket_text() -> None:
     found = _findings([collect_host(FIXTURES / "hostroot" / "dual_socket"), _file(topo)])
     assert "topology-virtualized" not in found
     assert "It stays on one socket" in found["gpu-pair-phb"].explanation
+
+
+def test_numa_affinity_spanning_nodes_on_every_gpu_is_a_vm_sign() -> None:
+    # A real dual-socket `topo -m` with its NUMA Affinity cells edited to `0-1`, what a guest whose vNUMA
+    # hides the placement prints (no real cloud output with that column was found for the fixtures).
+    import re
+
+    text = (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text()
+    edited = re.sub(r"^(GPU\d+\t.*\t[0-9,-]+\t)[01](\t)", r"\g<1>0-1\2", text, flags=re.M)
+    assert edited.count("\t0-1\t") == 8
+    found = _findings([Evidence(name="topo.txt", data=edited.encode(), kind="file")])
+    assert "NUMA affinity 0-1 on every GPU (nvidia-smi topo -m)" in found["topology-virtualized"].explanation
+    untouched = _findings([Evidence(name="topo.txt", data=text.encode(), kind="file")])
+    assert "topology-virtualized" not in untouched
