@@ -25,6 +25,10 @@ NVIDIA_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
     ("nvidia-smi-topo-p2p-a.txt", ["nvidia-smi", "topo", "-p2p", "a"], "nvidia-smi-topo-p2p"),
     ("nvidia-smi-topo-p2p-p.txt", ["nvidia-smi", "topo", "-p2p", "p"], "nvidia-smi-topo-p2p"),
     ("nvidia-smi-q.txt", ["nvidia-smi", "-q"], "nvidia-smi-query"),
+    # NVLink per link (speed or <inactive>), its far ends (NVSwitch or GPU), and the fabric registration.
+    ("nvidia-smi-nvlink-s.txt", ["nvidia-smi", "nvlink", "-s"], "nvidia-smi-nvlink-status"),
+    ("nvidia-smi-nvlink-r.txt", ["nvidia-smi", "nvlink", "-R"], "nvidia-smi-nvlink-remote"),
+    ("nvidia-smi-q-fabric.txt", ["nvidia-smi", "-q", "-d", "FABRIC"], "nvidia-smi-query-fabric"),
     (
         "nvidia-smi-query-gpu.csv",
         [
@@ -39,6 +43,11 @@ NVIDIA_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
 PCI_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
     ("lspci-vv.txt", ["lspci", "-vv"], "lspci-vv"),
     ("lspci-tv.txt", ["lspci", "-tv"], "lspci-tv"),
+)
+# RDMA ports as the verbs tools show them (the sysfs snapshot records the same from /sys/class/infiniband).
+RDMA_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
+    ("ibstat.txt", ["ibstat"], "ibstat"),
+    ("ibv_devinfo.txt", ["ibv_devinfo", "-v"], "ibv-devinfo"),
 )
 AMD_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
     ("amd-smi-topology.json", ["amd-smi", "topology", "--json"], "amd-smi-topology"),
@@ -145,7 +154,7 @@ def collect_live(
         except Exception as exc:
             evidence.append(Evidence(name="amdsmi-readings.json", kind="reading", error=f"amdsmi collection failed: {exc}"))
 
-    groups = [(NVIDIA_COMMANDS, "nvidia-smi"), (PCI_COMMANDS, "lspci"), (AMD_COMMANDS, None)]
+    groups = [(NVIDIA_COMMANDS, "nvidia-smi"), (PCI_COMMANDS, "lspci"), (RDMA_COMMANDS, None), (AMD_COMMANDS, None)]
     if texts == "missing":
         by_name = {item.name: item for item in evidence}
         nvml_read = any(_readings_hold_gpus(item) for item in evidence if item.name == "nvml-readings.json")
@@ -156,7 +165,8 @@ def collect_live(
         groups = [(group, tool) for group, tool in groups
                   if group
                   and not (tool == "lspci" and sysfs is not None and sysfs.error is None)
-                  and not (tool is None and amd_read)]
+                  and not (group is RDMA_COMMANDS and sysfs is not None and sysfs.error is None)
+                  and not (group is AMD_COMMANDS and amd_read)]
     for group, tool in groups:
         for name, argv, fmt in group:
             if which(argv[0]) is None:

@@ -63,7 +63,9 @@ def sniff(text: str) -> float:
     titles = sum(1 for line in lines if line.strip() == "Fabric")
     keys = sum(1 for line in lines if (m := _KEY_VALUE_RE.match(line)) and m.group("key").strip().lower()
                in ("cliqueid", "clusteruuid", "clique id", "cluster uuid"))
-    if not titles or not keys:
+    states = sum(1 for line in lines if (m := _KEY_VALUE_RE.match(line)) and m.group("key").strip() == "State")
+    # Older drivers print only `State : N/A` / `Status : N/A` under Fabric (no clique fields).
+    if not titles or not (keys or (states and re.search(r"=+\s*NVSMI LOG\s*=+", head))):
         return 0.0
     # A whole `nvidia-smi -q` (product name, PCI...) belongs to the generic -q parser, which reads this block too.
     if re.search(r"(?m)^\s+(Product Name|Bus Id|GPU Link Info|FB Memory Usage)\s*:?", head):

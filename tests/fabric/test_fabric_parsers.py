@@ -136,3 +136,17 @@ def test_ibstat_and_ibv_devinfo_join_on_one_port() -> None:
     port = machine.fabric.ib_ports["mlx5_0:1"]
     assert (port.rate_gbps, port.active_mtu) == (200.0, 1024)
     assert machine.nics["mlx5_0"].ports == [port]
+
+
+def test_query_fabric_of_an_old_driver_with_state_only() -> None:
+    # The shape `nvidia-smi -q -d FABRIC` prints on A100 boards with R535 (Fabric State/Status only;
+    # bottlerocket-os/bottlerocket#3873 shows `Fabric State: N/A` there even with FM running).
+    text = ("==============NVSMI LOG==============\n\nTimestamp                                 : Mon Jan  8 10:00:00 2024\n"
+            "Driver Version                            : 535.129.03\nCUDA Version                              : 12.2\n\n"
+            "Attached GPUs                             : 1\nGPU 00000000:07:00.0\n    Fabric\n"
+            "        State                             : N/A\n        Status                            : N/A\n")
+    machine = machine_from(texts={"fabric.txt": text})
+    assert _formats(machine) == ["nvidia-smi-query-fabric"]
+    state = machine.fabric.gpu_fabric[0]
+    assert (state.state, state.status) == (None, None)
+    assert machine.gpus[0].bus_id == "0000:07:00.0"
