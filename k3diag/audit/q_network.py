@@ -30,11 +30,17 @@ _RDMA_NIC_RE = re.compile(r"Mellanox|ConnectX|BlueField|InfiniBand|Omni-Path|Bro
                           r"Intel.*E810|EFA|Cornelis|Thor", re.I)
 
 
+def _management_ports(machine: Any) -> set[str]:
+    """NICs that are NVSwitch management ports (VPD SW_MNG): never network NICs."""
+    return {name for name, nic in (attr(machine, "nics", {}) or {}).items() if attr(nic, "management_port")}
+
+
 def _nearest_nic_paths(machine: Any) -> dict[str, tuple[str, Any]]:
-    """For each GPU, its best path class to any NIC, and the link that shows it."""
+    """For each GPU, its best path class to any network NIC, and the link that shows it."""
     best: dict[str, tuple[str, Any]] = {}
+    management = _management_ports(machine)
     for (gpu, nic), link in facts.nic_links(machine).items():
-        if link.path is None:
+        if link.path is None or nic in management:
             continue
         if gpu not in best or path_rank(link.path) < path_rank(best[gpu][1].path):
             best[gpu] = (nic, link)
@@ -80,6 +86,21 @@ def answer_gpudirect_rdma(ctx: AuditContext) -> Answer:
     answer.data = {"gpus_near_nic": sorted(near, key=endpoint_sort_key), "gpus_far_from_nic":
                    sorted(far, key=endpoint_sort_key), "nccl_gdrdma_connections": len(with_gdr),
                    "nccl_net_without_gdrdma": len(without), "peermem_seen": bool(peermem)}
+    report = _gdr_report(machine)
+    if report is not None:
+        answer.details = [_gdr_line(report, gpu) for gpu in sorted({p.gpu for p in report.pairs})]
+        answer.data["gdr"] = report.to_json()
+        answer.data["gdr_level"] = report.level
+        answer.data["gdr_possible"] = report.possible
+        peer_memory = attr(attr(machine, "fabric"), "peer_memory")
+        refs.extend((attr(peer_memory, "sources", []) or [])[:2])
+    if report is not None and report.possible is False and not with_gdr:
+        answer.verdict = FAIL
+        answer.summary = (f"No: {report.possible_reason}, so NCCL stages every multi-node transfer through host "
+                          "memory.")
+        answer.request = "load the peer-memory module (`sudo modprobe nvidia_peermem`) and re-run: " + GDR_REQUEST
+        answer.evidence = facts.dedupe_refs(refs, limit=8)
+        return answer
     if with_gdr or (enabled_lines and not disabled_lines):
         answer.verdict = PASS
         refs.extend([attr(c, "source") for c in with_gdr[:2]] + enabled_lines[:2])
@@ -96,10 +117,17 @@ def answer_gpudirect_rdma(ctx: AuditContext) -> Answer:
                           + ": data is staged through host memory.")
         answer.request = ("load the peer-memory module (`sudo modprobe nvidia_peermem`), check ACS/IOMMU on the NIC "
                           "path, and re-run: " + GDR_REQUEST)
+    elif near and report is not None and report.possible and all(
+            (report.best_for(g) and report.best_for(g).eligible) for g in {p.gpu for p in report.pairs}):
+        answer.verdict = PASS
+        answer.summary = (f"Yes: {report.possible_reason[0].upper()}{report.possible_reason[1:]}, and every GPU has a "
+                          f"network NIC within NCCL_NET_GDR_LEVEL {report.level} (the details list which).")
     elif near:
         answer.verdict = WARN
         answer.summary = (f"Probably: {len(near)} GPU(s) share a PCIe switch with a NIC (PIX/PXB), which GPUDirect "
-                          "RDMA needs, but no multi-node run in the bundle shows it in use.")
+                          "RDMA needs, but no multi-node run in the bundle shows it in use"
+                          + (f" ({report.possible_reason})" if report is not None and report.possible is None else "")
+                          + ".")
         answer.request = GDR_REQUEST
     elif far:
         answer.verdict = WARN
@@ -113,6 +141,23 @@ def answer_gpudirect_rdma(ctx: AuditContext) -> Answer:
         answer.request = GDR_REQUEST
     answer.evidence = facts.dedupe_refs(refs, limit=8)
     return answer
+
+
+def _gdr_report(machine: Any) -> Any:
+    try:
+        from k3diag.analyze.gdr import gdr_report
+
+        return gdr_report(machine)
+    except Exception:  # the audit answers from the other facts
+        return None
+
+
+def _gdr_line(report: Any, gpu: int) -> str:
+    best = report.best_for(gpu)
+    if best is None:
+        return f"GPU{gpu}: no path to a network NIC is known"
+    verdict = {True: "GPUDirect RDMA eligible", False: "no GPUDirect RDMA", None: "GPUDirect RDMA unknown"}
+    return f"GPU{gpu}: use {best.device} ({best.path}): {verdict[best.eligible]}: {best.reason}"
 
 
 def _nic_devices(machine: Any) -> list[Any]:
@@ -134,7 +179,8 @@ def answer_multi_node_network(ctx: AuditContext) -> Answer:
         summary="",
     )
     nics = attr(machine, "nics", {}) or {}
-    devices = _nic_devices(machine)
+    management_buses = {attr(nics[n], "bus_id") for n in _management_ports(machine)} - {None}
+    devices = [d for d in _nic_devices(machine) if attr(d, "bdf") not in management_buses]
     ib_lines = facts.raw_text_search(ctx.evidence, _NET_IB_RE)
     socket_lines = facts.raw_text_search(ctx.evidence, _NET_SOCKET_RE)
     runs = facts.nccl_runs(machine)
@@ -142,14 +188,26 @@ def answer_multi_node_network(ctx: AuditContext) -> Answer:
                       for run in runs for c in (attr(run, "connections", []) or [])
                       if str(attr(c, "transport") or "").upper() == "NET"}
     refs: list = []
-    names = sorted(nics, key=endpoint_sort_key)
+    management = sorted(_management_ports(machine), key=endpoint_sort_key)
+    names = sorted((n for n in nics if n not in management), key=endpoint_sort_key)
+    down_ports: list = []
     for name in names:
         nic = nics[name]
         device = attr(nic, "device")
         numa = attr(nic, "numa_node")
+        ports = attr(nic, "ports", []) or []
+        port_text = "; ".join(
+            f"port {attr(p, 'port')} {attr(p, 'state') or 'state unknown'}"
+            + (f" {attr(p, 'rate_gbps'):g} Gb/s" if attr(p, "rate_gbps") else "")
+            + (f" {attr(p, 'link_layer')}" if attr(p, "link_layer") else "")
+            + (f" MTU {attr(p, 'active_mtu')}" if attr(p, "active_mtu") else "") for p in ports)
         answer.details.append(f"{name}" + (f" = {device}" if device and device != name else "")
-                              + (f", NUMA node {numa}" if numa is not None else ""))
+                              + (f", NUMA node {numa}" if numa is not None else "")
+                              + (f": {port_text}" if port_text else ""))
         refs.extend(facts.refs_of(nic)[:1])
+        down_ports.extend(p for p in ports if attr(p, "state") == "down")
+    if management:
+        answer.details.append(f"not counted as NICs (NVSwitch management ports, VPD SW_MNG): {', '.join(management)}")
     rdma_devices = []
     for device in devices:
         link = attr(device, "link")
@@ -165,7 +223,8 @@ def answer_multi_node_network(ctx: AuditContext) -> Answer:
     answer.details.append("switch: the network switch is not visible from a server; ask the vendor for the model "
                           "and port speed")
     answer.data = {"nics": names, "rdma_nics": rdma_names, "nic_pci_devices": [attr(d, "bdf") for d in devices],
-                   "nccl_net": sorted(t for t in net_transports if t)}
+                   "nccl_net": sorted(t for t in net_transports if t), "management_ports": management,
+                   "ports_down": [attr(p, "key") for p in down_ports]}
     if ib_lines:
         refs.append(ib_lines[0])
     if socket_lines:
@@ -186,7 +245,14 @@ def answer_multi_node_network(ctx: AuditContext) -> Answer:
             + (" and NCCL used them (NET/IB)" if uses_ib else "") + \
             "; the switch is not in the evidence: ask the vendor for it."
         gpus = len(facts.gpus(machine))
-        if count and gpus and count * 2 < gpus:
+        if down_ports:
+            answer.verdict = WARN
+            answer.summary = (f"{count} RDMA-capable NIC(s), but {len(down_ports)} port(s) are down ("
+                              + ", ".join(attr(p, "key") for p in down_ports[:4]) + "): those rails carry nothing"
+                              "; the switch is not in the evidence: ask the vendor for it.")
+            refs.extend(attr(p, "source") for p in down_ports[:2])
+            answer.evidence = facts.dedupe_refs(refs, limit=8)
+        elif count and gpus and count * 2 < gpus:
             answer.verdict = WARN
             answer.summary = (f"Only {count} RDMA-capable NIC(s) for {gpus} GPUs: fewer than one per two GPUs limits "
                               "multi-node bandwidth" + (" (NCCL used them: NET/IB)" if uses_ib else "")
