@@ -91,6 +91,9 @@ def gdr_possible(machine: Machine) -> tuple[bool | None, str]:
     for run in machine.nccl:
         if any(g.enabled for g in run.gdr):
             return True, "NCCL reported GPU Direct RDMA Enabled"
+        # `DMA-BUF is available on GPU device N` / `DMA-BUF enabled for HCA` (NcclRun.dmabuf, nccl parser).
+        if any(getattr(d, "enabled", False) for d in getattr(run, "dmabuf", None) or []):
+            return True, "NCCL reported DMA-BUF available"
     for run in machine.nccl:
         if any(not g.enabled and g.reason and "module" in g.reason for g in run.gdr):
             return False, "NCCL found no peer-memory module"
