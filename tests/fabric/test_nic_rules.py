@@ -16,7 +16,8 @@ def _by_id(findings, finding_id):
 def test_port_down_while_peers_are_active() -> None:
     findings = run_rules(machine_from("fabric/ibstat-roce-mt4129-200g-mt4125-down-mooncake.txt"))
     [down] = _by_id(findings, "ib-port-down")
-    assert down.subjects == ["mlx5_10:1"] and down.severity == "fail"
+    # A CX-6 Dx port disabled next to active CX-7 ports: a spare, so a warning, not a lost rail.
+    assert down.subjects == ["mlx5_10:1"] and down.severity == "warn"
     assert down.title == "RDMA port mlx5_10:1 is down (Disabled) while 2 other port(s) are active"
     assert down.evidence[0].text.strip() == "State: Down"
     assert not _by_id(findings, "ib-port-rate-below-peers")  # both active ports run at 200
@@ -124,3 +125,12 @@ def test_peermem_missing_on_a_recent_kernel_is_a_warning_not_a_verdict() -> None
     [warning] = _by_id(findings, "gdr-peermem-missing")
     assert warning.severity == "warn" and "DMA-BUF" in warning.title
     assert "GPU0 -> NIC0 (PIX, GDR unknown)" in _by_id(findings, "gdr-nic-map")[0].title
+
+
+def test_a_rail_down_among_its_twins_fails() -> None:
+    machine = machine_from("fabric/ibstat-roce-mt4129-200g-mt4125-down-mooncake.txt")
+    port = machine.fabric.ib_ports["mlx5_10:1"]
+    machine.nics["mlx5_10"].hca_type = "MT4129"  # the same adapter model as the active rails
+    port.physical_state = "Polling"  # no link partner: a cable or switch-port problem
+    [down] = _by_id(run_rules(machine), "ib-port-down")
+    assert down.severity == "fail" and "(Polling)" in down.title

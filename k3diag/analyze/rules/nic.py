@@ -52,13 +52,18 @@ def check_management_ports(machine: Machine, earlier: list[Finding]) -> Iterable
 def check_port_down(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     ports = _network_ports(machine)
     active = [port for port in ports if port.state == "active"]
+    hca = {nic.rdma_device: nic.hca_type for nic in machine.nics.values()}
     for port in ports:
         if port.state != "down":
             continue
         peers = [p for p in active if p.link_layer == port.link_layer or None in (p.link_layer, port.link_layer)]
+        # A down port among active ones of the same adapter model is a rail lost (cable, transceiver, switch
+        # port); a port disabled on purpose, or of another adapter (a spare Ethernet card), only warns.
+        twins = [p for p in peers if hca.get(p.device) and hca.get(p.device) == hca.get(port.device)]
+        disabled = (port.physical_state or "").lower() == "disabled"
         yield Finding(
             id="ib-port-down",
-            severity="fail" if peers else "warn",
+            severity="fail" if twins and not disabled else "warn",
             subjects=[port.key],
             title=f"RDMA port {port.key} is down"
                   + (f" ({port.physical_state})" if port.physical_state else "")
