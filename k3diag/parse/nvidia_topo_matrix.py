@@ -336,12 +336,12 @@ def _assign_trailing(row: EndpointRow, values: list[str], result: TopoMatrixResu
                 )
         elif label == "NUMA Affinity":
             row.numa_affinity = value
-            if value.isdigit():
+            if value.isascii() and value.isdigit():  # "²".isdigit() is true, int("²") is not
                 row.numa_node = int(value)
             elif value != "N/A" and not looks_like_cpulist(value):
                 result.warnings.append(f"line {line_no}: NUMA affinity {value!r} of {row.name} is not a node number")
         elif label == "GPU NUMA ID":
-            if value.isdigit():
+            if value.isascii() and value.isdigit():
                 row.gpu_numa_id = int(value)
             elif value != "N/A":
                 result.warnings.append(f"line {line_no}: GPU NUMA ID {value!r} of {row.name} is not a number")
