@@ -39,7 +39,7 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tup
     for path in paths:
         name = str(path)
         if name == "-":
-            evidence.append(_stdin_evidence(stdin))
+            _add_stream(STDIN_NAME, *_stdin_evidence(stdin), evidence, problems)
             continue
         try:
             os.lstat(path)
@@ -82,13 +82,32 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tup
             except OSError as exc:
                 unusable.append(f"reading {os.path.abspath(name)} failed: {exc.strerror or exc}")
                 continue
-        evidence.append(_stream_evidence(name, data, cut))
+        _add_stream(name, data, cut, evidence, problems)
     if unusable:
         raise InputPathError(unusable)
     return evidence, problems
 
 
-def _stdin_evidence(stdin: BinaryIO | None) -> Evidence:
+def _add_stream(name: str, data: bytes, cut: bool, evidence: list[Evidence], problems: list[InputRecord]) -> None:
+    """A piped input: a bundle (`cat node.tar.gz | k3diag analyze -`) is read as one, anything else as text."""
+    try:
+        from k3diag.bundle import BundleError, bytes_look_like_bundle, read_bundle_bytes
+    except ModuleNotFoundError:
+        evidence.append(_stream_evidence(name, data, cut))
+        return
+    if not bytes_look_like_bundle(data):
+        evidence.append(_stream_evidence(name, data, cut))
+        return
+    try:
+        bundle = read_bundle_bytes(data, name)
+    except BundleError as exc:
+        problems.append(_problem(name, str(exc)))
+        return
+    evidence.extend(bundle.evidence)
+    problems.append(InputRecord(path=name, format="bundle", warnings=list(bundle.warnings)))
+
+
+def _stdin_evidence(stdin: BinaryIO | None) -> tuple[bytes, bool]:
     import sys
 
     source = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
@@ -98,7 +117,7 @@ def _stdin_evidence(stdin: BinaryIO | None) -> Evidence:
         data, cut = read_stream(source, MAX_TEXT_BYTES)
     except OSError as exc:
         raise InputPathError([f"reading standard input (-) failed: {exc.strerror or exc}"]) from None
-    return _stream_evidence(STDIN_NAME, data, cut)
+    return data, cut
 
 
 def _stream_evidence(name: str, data: bytes, cut: bool) -> Evidence:

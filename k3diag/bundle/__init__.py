@@ -40,8 +40,35 @@ from k3diag.bundle.write import ARCHIVE_SUFFIXES, check_output, is_archive_name,
 
 __all__ = [
     "ARCHIVE_SUFFIXES", "DEFAULT_LIMITS", "EVIDENCE_DIR", "MANIFEST_NAME", "SCHEMA", "Bundle", "BundleError",
-    "BundleLimits", "check_output", "is_archive_name", "looks_like_bundle", "read_bundle", "write_bundle",
+    "BundleLimits", "check_output", "is_archive_name", "looks_like_bundle", "read_bundle", "read_bundle_bytes",
+    "write_bundle", "bytes_look_like_bundle",
 ]
+
+
+def bytes_look_like_bundle(data: bytes) -> bool:
+    """Whether bytes read from a stream (`-`, a FIFO) are a tar archive, compressed or not."""
+    import io
+
+    from k3diag.bundle.common import TAR_BLOCK
+    from k3diag.bundle.detect import compression_of, decompressor, is_tar_header
+
+    kind = compression_of(data[:8])
+    if kind is None:
+        return is_tar_header(data[:TAR_BLOCK])
+    try:
+        with decompressor(kind, io.BytesIO(data)) as stream:
+            return is_tar_header(stream.read(TAR_BLOCK))
+    except (OSError, EOFError, ValueError):
+        return False
+
+
+def read_bundle_bytes(data: bytes, display: str, limits: BundleLimits = DEFAULT_LIMITS) -> Bundle:
+    """A bundle archive that came through a pipe, read from memory under the same limits."""
+    import io
+
+    warnings: list[str] = []
+    members = read_archive(io.BytesIO(data), display, limits, warnings)
+    return assemble(Path(display), display, members, limits, warnings)
 
 
 def read_bundle(path: Path, limits: BundleLimits = DEFAULT_LIMITS) -> Bundle:

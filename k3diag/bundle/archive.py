@@ -91,11 +91,16 @@ class _RawCounter(io.RawIOBase):
         return n
 
 
-def read_archive(path: Path, display: str, limits: BundleLimits, warnings: list[str]) -> list[Member]:
-    try:
-        handle, _ = open_input(path)
-    except InputError as exc:
-        raise BundleError(f"{display} could not be opened ({exc.strerror}); check the path and its permissions") from None
+def read_archive(path: Path | BinaryIO, display: str, limits: BundleLimits, warnings: list[str]) -> list[Member]:
+    """Members of a tar archive at `path`, or in a seekable binary handle (a bundle piped to `-`)."""
+    if isinstance(path, (str, Path)):
+        try:
+            handle, _ = open_input(Path(path))
+        except InputError as exc:
+            raise BundleError(f"{display} could not be opened ({exc.strerror}); check the path and its "
+                              "permissions") from None
+    else:
+        handle = path
     with handle:
         head = handle.read(TAR_BLOCK * 2)
         handle.seek(0)

@@ -224,3 +224,20 @@ def test_bundle_with_nothing_analyzable_exits_3(tmp_path: Path) -> None:
     code, report = _analyze_json([bundle])
     assert code == 3
     assert report["inputs"][0]["format"] == "bundle"
+
+
+def test_a_bundle_piped_to_dash_is_read_as_a_bundle(k3diag: list[str], tmp_path: Path) -> None:
+    from k3diag.bundle import read_bundle, write_bundle
+
+    source = read_bundle(REPO / "fixtures" / "bundles" / "bad-8x-pcie-dual-socket")
+    archive = write_bundle(source.evidence, {"host": "node"}, tmp_path / "node.tar.gz")
+    done = _run([*k3diag, "analyze", "-", "--json"], stdin=archive.read_bytes())
+    report = json.loads(done.stdout)
+    assert done.returncode == report["exit_code"], done.stderr
+    formats = {i["path"]: i["format"] for i in report["inputs"]}
+    assert formats["<stdin>"] == "bundle"
+    assert formats["<stdin>:evidence/nvml-readings.json"] == "nvml-readings"
+    assert formats["<stdin>:evidence/lspci-vvv.txt"] == "lspci-vv"
+    gpus = sum(len(m.get("topology", {}).get("gpus", [])) for m in report.get("machines", [])) or \
+        len(report["topology"]["gpus"])
+    assert gpus == 8
