@@ -95,8 +95,14 @@ class AuditReport:
     drawing: dict = field(default_factory=dict)  # what the HTML drawing needs (see audit.drawing)
 
     @property
+    def no_gpu(self) -> bool:
+        """The bundle was collected on a host where GPUs were looked for and none was found: such a machine
+        cannot be assessed, and must never read as usable."""
+        return any(finding.get("id") == "no-gpu-found" for finding in self.findings)
+
+    @property
     def verdict(self) -> str:
-        if not self.analyzable:
+        if not self.analyzable or self.no_gpu:
             return UNKNOWN
         overall = PASS
         for item in [a.verdict for a in self.answers] + [c.verdict for c in self.spec]:
@@ -105,7 +111,7 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        if not self.analyzable:
+        if not self.analyzable or self.no_gpu:
             return EXIT_NOTHING
         verdicts = {a.verdict for a in self.answers} | {c.verdict for c in self.spec}
         if FAIL in verdicts:
@@ -125,6 +131,10 @@ class AuditReport:
         if not self.analyzable:
             return ("Nothing in the bundle could be analyzed: ask the vendor to run `k3diag collect -o bundle.tar.gz` "
                     "on the offered machine and send the file.")
+        if self.no_gpu:
+            return ("UNKNOWN: the machine cannot be assessed: the bundle was collected on a host where no GPU was "
+                    "found (no driver, or the wrong host). Ask the vendor to install the GPU driver and run "
+                    "`k3diag collect -o bundle.tar.gz` again on the offered machine.")
         failed_spec = sum(1 for check in self.spec if check.verdict == FAIL)
         parts = [f"{counts[PASS]} pass", f"{counts[WARN]} warn", f"{counts[FAIL]} fail", f"{counts[UNKNOWN]} unknown"]
         text = f"{self.verdict}: " + ", ".join(parts) + f" of {len(self.answers)} questions"

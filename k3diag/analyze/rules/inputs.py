@@ -28,9 +28,16 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
         return
     # Only meaningful when something tried to find GPUs: a live run, or GPU-bearing inputs.
     gpu_sources = [n for n in machine.notes if n.subject.startswith(("nvml", "amdsmi", "nvidia-smi", "amd-smi", "rocm-smi"))]
-    if not machine.live and not gpu_sources:
+    # A bundle collected on a host: its NVML/amdsmi readings, or the GPU tools it tried, looked for GPUs.
+    collected = [record for record in machine.inputs if record.format in ("nvml-readings", "amdsmi-readings")
+                 or (record.format == "unknown" and any(tool in warning for warning in record.warnings
+                                                        for tool in ("nvidia-smi", "amdsmi", "amd-smi", "rocm-smi")))]
+    if not machine.live and not gpu_sources and not collected:
         return
     reasons = [f"{note.subject}: {note.message}" for note in gpu_sources]
+    if not gpu_sources:  # the bundle's own records say why (nvidia-smi absent, no NVML driver)
+        gpu_sources = [type("Said", (), {"message": warning})() for record in collected for warning in record.warnings]
+        reasons = [f"{record.path}: {warning}" for record in collected for warning in record.warnings]
     on_bus = _gpu_like_pci_devices(machine)
     if on_bus:
         names = ", ".join(f"{d.bdf} ({d.description or d.class_name})" for d in on_bus[:4])

@@ -247,8 +247,10 @@ def _has_children(tree: PcieTree, bdf: str) -> bool:
 def _name(device: PciDevice) -> str:
     if device.bdf is not None:
         return device.bdf
+    # An excerpt (`lspci -vv | grep Lnk`) names no device: say where in the input the link was read.
     line = device.source.line if device.source is not None else None
-    return f"(no header, line {line})" if line is not None else "(no header)"
+    what = device.description or "a device whose lspci header line is not in the excerpt"
+    return f"{what} (read at line {line})" if line is not None else what
 
 
 # -- link speed ----------------------------------------------------------------------------

@@ -51,7 +51,9 @@ def _evidence_for_pair(machine: Machine, a: str, b: str, paths: tuple[str, ...])
 
 
 def _pairs_on(machine: Machine, paths: tuple[str, ...]) -> list[tuple[str, str, Link]]:
-    return [(a, b, link) for a, b, link in _gpu_pairs(machine) if link.path in paths]
+    # `topo -mp` prints PCIe paths only: a SYS there may hide an NVLink, so it says nothing about the design.
+    return [(a, b, link) for a, b, link in _gpu_pairs(machine)
+            if link.path in paths and link.origin != "nvidia-smi-topo-mp"]
 
 
 def _evidence_for_pairs(machine: Machine, pairs: list[tuple[str, str, Link]], paths: tuple[str, ...],
