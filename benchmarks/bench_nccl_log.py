@@ -154,8 +154,9 @@ def generate(path: Path, size_mb: float, seed: int = 7, nodes: int = NODES, coll
 
 
 def _run(argv: list[str], out_path: Path | None, cwd: Path, env: dict) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one process tree (largest process), output to a file or /dev/null."""
-    with open(out_path or os.devnull, "wb") as out:
+    """Wall seconds and peak RSS (MiB) of one process tree (largest process). Output goes to a file, never
+    /dev/null: GNU grep stops at the first match when its output is /dev/null."""
+    with open(out_path, "wb") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -185,7 +186,7 @@ def measure(path: Path, repeat: int, repo: Path) -> dict:
     rss: list[float] = []
     for _ in range(repeat):
         for name, argv in contenders.items():
-            wall, peak = _run(argv, json_path if name == "k3diag" else None, repo, env)
+            wall, peak = _run(argv, json_path if name == "k3diag" else path.with_suffix(".out"), repo, env)
             times[name].append(wall)
             if name == "k3diag":
                 rss.append(peak)
@@ -196,6 +197,7 @@ def measure(path: Path, repeat: int, repo: Path) -> dict:
                   runs_total=summary.get("runs_total", len(report.get("nccl_runs", []))),
                   runs_detailed=len(report.get("nccl_runs", [])), all_k3diag=times["k3diag"])
     json_path.unlink()
+    path.with_suffix(".out").unlink(missing_ok=True)
     return result
 
 

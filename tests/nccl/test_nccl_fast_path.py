@@ -91,3 +91,16 @@ def test_real_logs_repeated_and_interleaved(tmp_path: Path) -> None:
     path = tmp_path / "mixed.log"
     path.write_text("\n".join(pieces * 3) + "\n", encoding="utf-8")
     _assert_same(path, workers=(1, 2, 3, 5))
+
+
+def test_threads_forgotten_under_the_bound_change_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Past MAX_THREADS, idle threads are dropped (a cut part keeps what the merge needs of them)."""
+    from k3diag.parse.nccl import patterns
+
+    path = tmp_path / "many-threads.log"
+    _bench().generate(path, 2, nodes=4, coll_per_rank=2, interleave=False)
+    reference = _exact(path)
+    monkeypatch.setattr(patterns, "MAX_THREADS", 48)
+    assert _exact(path) == reference
+    for count in (1, 2, 3):
+        assert _canon(pool.parse_file(path, str(path), workers=count)) == reference, count

@@ -69,7 +69,17 @@ class LineHandlers:
         if thread is None:
             if len(self.threads) >= P.MAX_THREADS:
                 # drop threads that hold nothing; a 5 GB log of many short jobs must not grow
-                self.threads = {k: t for k, t in self.threads.items() if t.pending or t.current or t.head}
+                for key_, old in list(self.threads.items()):
+                    if old.pending or old.current is not None:
+                        continue
+                    head = old.head
+                    if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
+                        continue
+                    if head is not None and old.head_closed:
+                        self.adopters[key_] = old.adopter  # what the merge needs of an empty head
+                    elif head is not None:
+                        continue  # still open: the merge must know this thread did nothing yet
+                    del self.threads[key_]
                 self.prefix_cache.clear()
             thread = Thread(host=key[0], pid=key[1], tid=key[2], dev=dev)
             if self.cut_part:

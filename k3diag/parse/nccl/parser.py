@@ -59,6 +59,8 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
         # runs built while reading: their keys, and which processes took part in each
         self.finalized_keys: set[str] = set()
         self.finalized_procs: dict[tuple, set[str]] = {}
+        # threads of a cut part forgotten after their (empty) head closed: thread key -> adopter key
+        self.adopters: dict[tuple, tuple | None] = {}
         from k3diag.parse.nccl.runs import RunKeeper
 
         self.keeper = RunKeeper()

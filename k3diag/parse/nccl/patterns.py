@@ -11,7 +11,7 @@ import re
 # -- bounds ------------------------------------------------------------------------------------
 MAX_INSTANCES = 262_144  # communicator instances (one per rank per communicator) tracked at once
 MAX_CONN_KEYS_PER_INSTANCE = 4_096  # distinct (src, dst, via, direction) per instance (all-to-all p2p)
-MAX_THREADS = 50_000
+MAX_THREADS = 8_192  # threads with nothing in flight are forgotten beyond this
 MAX_TREES = 50_000  # tree entries over all communicators (a rank prints one per channel)
 MAX_PREFIX_CACHE = 20_000
 MAX_REST_CACHE = 50_000
@@ -23,12 +23,13 @@ MAX_TREES_PER_RUN = 20_000
 MAX_GDR = 500
 MAX_DMABUF = 500
 MAX_P2P_DISABLED = 2_000
-MAX_HOSTS = 4_096  # host names seen on NCCL lines without a rank
+MAX_HOSTS = 4_096
+MAX_FINALIZED_PROCS = 32_768  # processes of built runs remembered for their late connection lines  # host names seen on NCCL lines without a rank
 MAX_EXAMPLES = 10  # line numbers kept for each kind of skipped line
 MAX_LINE_CHARS = 1 << 16
 # Runs (communicators) reported in full: the largest and those that show a problem, up to this many.
 # Every other run is summarized with exact counters (ranks, nodes, connection lines per transport).
-DETAIL_RUNS = 16
+DETAIL_RUNS = 8
 BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
 
 # -- text (exact path) ---------------------------------------------------------------------------

@@ -151,6 +151,10 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
     """Fold part `b` (the file's next part) into `a`, as if one parser had read both in order."""
     cap = P.MAX_CONN_KEYS_PER_INSTANCE
     over = 0
+    for key, adopter in b.adopters.items():  # threads whose empty head closed, then were forgotten
+        if key not in b.threads:
+            b.threads[key] = Thread(host=key[0], pid=key[1], tid=key[2], dev=None, head=None, head_closed=True,
+                                    adopter=adopter)
     for key, bt in b.threads.items():
         at = a.threads.get(key)
         head = bt.head

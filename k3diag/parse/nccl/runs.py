@@ -153,9 +153,11 @@ def finalize_run(parser, key: str, members: list[Instance]) -> None:
     # which processes took part: connection lines they print after init (lazy p2p) still find the run
     procs = parser.finalized_procs
     for member in members:
-        if len(procs) < P.MAX_INSTANCES:
-            procs.setdefault((member.host, member.pid), set()).add(key)
-    parser.finalized_keys.add(key) if len(parser.finalized_keys) < P.MAX_INSTANCES else None
+        procs.setdefault((member.host, member.pid), set()).add(key)
+    if len(procs) > P.MAX_FINALIZED_PROCS:  # forget the oldest half: late lines come soon after init
+        for proc in list(procs)[: len(procs) // 2]:
+            del procs[proc]
+    parser.finalized_keys.add(key)
 
 
 def _finalize_complete(parser) -> None:
