@@ -67,7 +67,7 @@ class LineHandlers:
                 dev = None
         thread = self.threads.get(key)
         if thread is None:
-            if len(self.threads) >= P.MAX_THREADS:
+            if len(self.threads) >= max(P.MAX_THREADS, self.thread_limit):
                 # drop threads that hold nothing; a 5 GB log of many short jobs must not grow
                 for key_, old in list(self.threads.items()):
                     if old.pending or old.current is not None:
@@ -80,6 +80,8 @@ class LineHandlers:
                     elif head is not None:
                         continue  # still open: the merge must know this thread did nothing yet
                     del self.threads[key_]
+                # what could not be forgotten stays: look again only once as many threads came
+                self.thread_limit = 2 * len(self.threads)
                 self.prefix_cache.clear()
             thread = Thread(host=key[0], pid=key[1], tid=key[2], dev=dev)
             if self.cut_part:
@@ -344,7 +346,7 @@ class LineHandlers:
                 self.dropped_instances += 1
                 return
             inst = Instance(key=ikey, host=thread.host, pid=thread.pid, ptr=ptr, first_line=lineno)
-            inst.clean = not self.cut_part or (thread.head_closed and "Init START" in body)
+            inst.clean = not self.cut_part or "Init START" in body
             self.instances[ikey] = inst
         try:
             if "rank" in values and inst.rank is None:
@@ -379,7 +381,9 @@ class LineHandlers:
             thread.head_closed = True
             thread.adopter = ikey
             thread.current = None
-            inst.clean = False
+            head = thread.head
+            if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
+                inst.clean = False  # its lines may belong to what the previous part was doing
         self._adopt_pending(thread, inst)
         if " nRanks " in body and "rank" not in values:
             # RCCL suffix on a connection/progress line: the thread works on this communicator

@@ -61,6 +61,7 @@ class NcclLogParser(LineHandlers, LineFeed, FastFeed):
         self.finalized_procs: dict[tuple, set[str]] = {}
         # threads of a cut part forgotten after their (empty) head closed: thread key -> adopter key
         self.adopters: dict[tuple, tuple | None] = {}
+        self.thread_limit = 0
         from k3diag.parse.nccl.runs import RunKeeper
 
         self.keeper = RunKeeper()

@@ -184,6 +184,12 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
             prev_pending = {}
         if bt.head_closed:
             state = (bt.current, bt.pending)
+            if prev_pending and prev_current is None:
+                # the adopting communicator was built in that part already: the lines become the
+                # process's late lines, attached at the end like any connection printed after init
+                pending = dict(prev_pending)
+                over += absorb_all(pending, bt.pending, cap)
+                state = (bt.current, pending)
         else:
             state = (prev_current, prev_pending)
         thread = at or Thread(host=bt.host, pid=bt.pid, tid=bt.tid, dev=bt.dev)
