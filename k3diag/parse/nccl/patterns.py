@@ -29,7 +29,7 @@ MAX_EXAMPLES = 10  # line numbers kept for each kind of skipped line
 MAX_LINE_CHARS = 1 << 16
 # Runs (communicators) reported in full: the largest and those that show a problem, up to this many.
 # Every other run is summarized with exact counters (ranks, nodes, connection lines per transport).
-DETAIL_RUNS = 8
+DETAIL_RUNS = 16
 BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
 
 # -- text (exact path) ---------------------------------------------------------------------------
