@@ -127,6 +127,7 @@ def parse(section: Section, input_name: str) -> FabricManagerResult:
                 detail = match.groupdict().get("detail")
                 result.events.append(FabricManagerEvent(kind, detail, ref))
                 break
-    if not result.events and result.running is None and result.version is None:
+    if not result.events and result.running is None and result.version is None and not any(
+            _FM_CONTEXT_RE.search(line) for line in lines):
         result.warnings.append(f"{input_name}: no Fabric Manager status or error line was found")
     return result

@@ -68,6 +68,11 @@ _KNOWN_COMMANDS = (
     "./",
     "srun",
     "python",
+    # RDMA ports and the NVLink fabric service: each starts an output of its own.
+    "ibstat",
+    "ibv_devinfo",
+    "systemctl",
+    "journalctl",
 )
 
 MAX_LINE_CHARS = 1 << 16

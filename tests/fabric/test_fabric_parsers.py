@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.fabric.conftest import machine_from
+from tests.fabric.conftest import FIXTURES, machine_from
 
 
 def _formats(machine) -> list[str]:
@@ -150,3 +150,11 @@ def test_query_fabric_of_an_old_driver_with_state_only() -> None:
     state = machine.fabric.gpu_fabric[0]
     assert (state.state, state.status) == (None, None)
     assert machine.gpus[0].bus_id == "0000:07:00.0"
+
+
+def test_ibstat_and_ibv_devinfo_pasted_in_one_file_after_prompts() -> None:
+    both = ("$ ibstat\n" + (FIXTURES / "fabric/ibstat-cx6dx-100g-log-header-l2fwd.txt").read_text()
+            + "$ ibv_devinfo\n" + (FIXTURES / "fabric/ibv-devinfo-port-down-mtu1024-deepep60.txt").read_text())
+    machine = machine_from(texts={"session.txt": both})
+    assert [(r.format, r.command) for r in machine.inputs] == [("ibstat", "ibstat"), ("ibv-devinfo", "ibv_devinfo")]
+    assert sorted(machine.fabric.ib_ports) == ["mlx5_0:1", "mlx5_12:1", "mlx5_1:1"]
