@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from k3diag.model.fabric import IbPort
 from k3diag.model.source import SourceRef
@@ -77,29 +78,37 @@ def sniff(text: str) -> float:
     return min(score, 1.0)
 
 
-def parse(section: Section, input_name: str) -> RdmaResult:
-    result = RdmaResult(tool=FORMAT)
-    lines = normalize(section.text).split("\n")
+def device_port_lines(section: Section, input_name: str, device_re: re.Pattern[str], port_re: re.Pattern[str],
+                      result: RdmaResult) -> Iterator[tuple[RdmaDevice, IbPort | None, str, SourceRef]]:
+    """The lines inside each device block with the device and port they belong to (ibstat and ibv_devinfo
+    share this layout: a device header, its own lines, then a header and lines per port). Devices and
+    ports are created, in `result`, as their headers appear; lines before the first device are skipped."""
     device: RdmaDevice | None = None
     port: IbPort | None = None
-    for offset, raw in enumerate(lines):
+    for offset, raw in enumerate(normalize(section.text).split("\n")):
         line = raw.rstrip()
         if not line.strip():
             continue
         ref = SourceRef(input_name, section.first_line + offset, line)
-        ca = _CA_RE.match(line)
-        if ca:
-            device = RdmaDevice(name=ca.group("name"), source=ref)
+        header = device_re.match(line)
+        if header:
+            device = RdmaDevice(name=header.group("name"), source=ref)
             result.devices.append(device)
             port = None
             continue
         if device is None:
             continue
-        port_match = _PORT_RE.match(line)
+        port_match = port_re.match(line)
         if port_match:
-            port = IbPort(device=device.name, port=int(port_match.group("port")), origin=FORMAT, source=ref)
+            port = IbPort(device=device.name, port=int(port_match.group("port")), origin=result.tool, source=ref)
             device.ports.append(port)
             continue
+        yield device, port, line, ref
+
+
+def parse(section: Section, input_name: str) -> RdmaResult:
+    result = RdmaResult(tool=FORMAT)
+    for device, port, line, ref in device_port_lines(section, input_name, _CA_RE, _PORT_RE, result):
         kv = _KV_RE.match(line)
         if kv is None:
             continue

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import re
 
-from k3diag.model.fabric import IbPort
-from k3diag.model.source import SourceRef
-from k3diag.parse.ibstat import RdmaDevice, RdmaResult, port_state
+from k3diag.parse.ibstat import RdmaResult, device_port_lines, port_state
 from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibv-devinfo"
@@ -47,27 +45,7 @@ def sniff(text: str) -> float:
 
 def parse(section: Section, input_name: str) -> RdmaResult:
     result = RdmaResult(tool=FORMAT)
-    lines = normalize(section.text).split("\n")
-    device: RdmaDevice | None = None
-    port: IbPort | None = None
-    for offset, raw in enumerate(lines):
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        ref = SourceRef(input_name, section.first_line + offset, line)
-        hca = _HCA_RE.match(line)
-        if hca:
-            device = RdmaDevice(name=hca.group("name"), source=ref)
-            result.devices.append(device)
-            port = None
-            continue
-        if device is None:
-            continue
-        port_match = _PORT_RE.match(line)
-        if port_match:
-            port = IbPort(device=device.name, port=int(port_match.group("port")), origin=FORMAT, source=ref)
-            device.ports.append(port)
-            continue
+    for device, port, line, ref in device_port_lines(section, input_name, _HCA_RE, _PORT_RE, result):
         gid = _GID_RE.match(line)
         if gid and port is not None:
             kind = (gid.group("type") or "").strip()

@@ -6,7 +6,8 @@ prober can turn one failed measurement into one sentence and go on with the rest
 
 from __future__ import annotations
 
-from typing import Protocol
+import ctypes
+from typing import Any, Protocol
 
 
 class GpuApiError(Exception):
@@ -74,3 +75,39 @@ class GpuApi(Protocol):
     def copy_peer(self, dst_device: int, dst: int, src_device: int, src: int, nbytes: int, stream: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+class CtypesBindings:
+    """What the CUDA and HIP bindings share: looking a C function up once (argument and result types set
+    when it is a real ctypes function; a test's function table converts nothing) and turning a non-zero
+    status into a GpuApiError named by the driver."""
+
+    SIGNATURES: dict[str, tuple[Any, ...]] = {}
+    TOO_OLD = "this driver is too old for k3diag probe"
+
+    def __init__(self, library: Any, library_name: str) -> None:
+        self.library = library_name
+        self._lib = library
+        self._functions: dict[str, Any] = {}
+
+    def _fn(self, name: str) -> Any:
+        fn = self._functions.get(name)
+        if fn is None:
+            try:
+                fn = getattr(self._lib, name)
+            except AttributeError:
+                raise GpuUnavailable(f"{self.library} has no {name}: {self.TOO_OLD}") from None
+            if hasattr(fn, "argtypes"):
+                fn.argtypes = self.SIGNATURES[name]
+                fn.restype = ctypes.c_int
+            self._functions[name] = fn
+        return fn
+
+    def _error_name(self, code: int) -> str | None:
+        return None
+
+    def _call(self, name: str, *args: Any, ok: tuple[int, ...] = (0,)) -> int:
+        code = int(self._fn(name)(*args))
+        if code not in ok:
+            raise GpuApiError(name, code, self._error_name(code))
+        return code

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from k3diag.collect.probe.api import GpuApiError, GpuUnavailable
+from k3diag.collect.probe.api import CtypesBindings, GpuApiError, GpuUnavailable
 
 LIBRARY_NAME = "libcuda.so.1"
 
@@ -78,30 +78,17 @@ def load_library() -> Any:
         ) from None
 
 
-class CudaDriverApi:
+class CudaDriverApi(CtypesBindings):
     vendor = "nvidia"
+    SIGNATURES = _SIGNATURES
+    TOO_OLD = "this NVIDIA driver is too old for k3diag probe"
 
     def __init__(self, library: Any, library_name: str = LIBRARY_NAME) -> None:
-        self.library = library_name
-        self._lib = library
-        self._functions: dict[str, Any] = {}
+        super().__init__(library, library_name)
         self._contexts: dict[int, int] = {}
         self._devices: dict[int, int] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
-
-    def _fn(self, name: str) -> Any:
-        fn = self._functions.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self._lib, name)
-            except AttributeError:
-                raise GpuUnavailable(f"{self.library} has no {name}: this NVIDIA driver is too old for k3diag probe") from None
-            if hasattr(fn, "argtypes"):  # a ctypes function; a test's function table converts nothing
-                fn.argtypes = _SIGNATURES[name]
-                fn.restype = ctypes.c_int
-            self._functions[name] = fn
-        return fn
 
     def _error_name(self, code: int) -> str | None:
         text = ctypes.c_char_p()
@@ -111,12 +98,6 @@ class CudaDriverApi:
         except Exception:
             return None
         return None
-
-    def _call(self, name: str, *args: Any, ok: tuple[int, ...] = (CUDA_SUCCESS,)) -> int:
-        code = int(self._fn(name)(*args))
-        if code not in ok:
-            raise GpuApiError(name, code, self._error_name(code))
-        return code
 
     def _device(self, ordinal: int) -> int:
         if ordinal not in self._devices:

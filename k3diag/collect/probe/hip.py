@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from k3diag.collect.probe.api import GpuApiError, GpuUnavailable
+from k3diag.collect.probe.api import CtypesBindings, GpuApiError, GpuUnavailable
 
 LIBRARY_NAMES = ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.7", "libamdhip64.so.5")
 
@@ -68,26 +68,13 @@ def load_library() -> tuple[Any, str]:
     )
 
 
-class HipRuntimeApi:
+class HipRuntimeApi(CtypesBindings):
     vendor = "amd"
+    SIGNATURES = _SIGNATURES
+    TOO_OLD = "this ROCm release is too old for k3diag probe"
 
     def __init__(self, library: Any, library_name: str = LIBRARY_NAMES[0]) -> None:
-        self.library = library_name
-        self._lib = library
-        self._functions: dict[str, Any] = {}
-
-    def _fn(self, name: str) -> Any:
-        fn = self._functions.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self._lib, name)
-            except AttributeError:
-                raise GpuUnavailable(f"{self.library} has no {name}: this ROCm release is too old for k3diag probe") from None
-            if hasattr(fn, "argtypes"):  # a ctypes function; a test's function table converts nothing
-                fn.argtypes = _SIGNATURES[name]
-                fn.restype = ctypes.c_int
-            self._functions[name] = fn
-        return fn
+        super().__init__(library, library_name)
 
     def _error_name(self, code: int) -> str | None:
         try:
@@ -99,12 +86,6 @@ class HipRuntimeApi:
         except Exception:
             return None
         return name.decode("ascii", "replace") if isinstance(name, bytes) else None
-
-    def _call(self, name: str, *args: Any, ok: tuple[int, ...] = (HIP_SUCCESS,)) -> int:
-        code = int(self._fn(name)(*args))
-        if code not in ok:
-            raise GpuApiError(name, code, self._error_name(code))
-        return code
 
     def _select(self, device: int) -> None:
         self._call("hipSetDevice", device)
