@@ -202,6 +202,24 @@ def first(doc: dict, *keys: str) -> Any:
     return None
 
 
+def fill_benchmark_serving_load(run: ServingRun, doc: dict, completed: int | None) -> tuple[float | None, float | None]:
+    """The keys vLLM's benchmark_serving.py wrote and SGLang's bench_serving kept (it began as a copy):
+    concurrency, request rate, duration, mean lengths from the token totals, request and output
+    throughput. Returns the (input, output) token totals for the caller's total-throughput rule,
+    which differs between the two."""
+    concurrency = num(doc.get("max_concurrency"))
+    run.concurrency = None if concurrency is None or math.isinf(concurrency) else concurrency
+    run.request_rate = num(doc.get("request_rate"))
+    run.duration_s = finite(doc.get("duration"))
+    total_in, total_out = finite(doc.get("total_input_tokens")), finite(doc.get("total_output_tokens"))
+    if completed:
+        run.input_len = total_in / completed if total_in is not None else None
+        run.output_len = total_out / completed if total_out is not None else None
+    run.request_per_s = finite(doc.get("request_throughput"))
+    run.output_tok_per_s = finite(doc.get("output_throughput"))
+    return total_in, total_out
+
+
 def int_list(value: Any) -> list[int] | None:
     """GPU ids as people write them: [0, 1], "0,1,2,3", "0-3"... None when it is not a list of ids."""
     if isinstance(value, list):

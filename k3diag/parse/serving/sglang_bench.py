@@ -12,20 +12,19 @@ in newer versions, `server_info` (the server's `/get_server_info`: `tp_size`, `d
 
 from __future__ import annotations
 
-import math
 import re
 
 from k3diag.model.serving import ServingRun
 from k3diag.parse.serving.common import (
     ServingResult,
     check_layout,
+    fill_benchmark_serving_load,
     find_docs,
     finite,
     first,
     flat_latency,
     integer,
     layout_from_mapping,
-    num,
     source_ref,
 )
 
@@ -73,16 +72,7 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     run.model = str(model) if model is not None else None
     completed = integer(doc.get("completed"))
     run.requests = completed
-    concurrency = num(doc.get("max_concurrency"))
-    run.concurrency = None if concurrency is None or math.isinf(concurrency) else concurrency
-    run.request_rate = num(doc.get("request_rate"))
-    run.duration_s = finite(doc.get("duration"))
-    total_in, total_out = finite(doc.get("total_input_tokens")), finite(doc.get("total_output_tokens"))
-    if completed:
-        run.input_len = total_in / completed if total_in is not None else None
-        run.output_len = total_out / completed if total_out is not None else None
-    run.request_per_s = finite(doc.get("request_throughput"))
-    run.output_tok_per_s = finite(doc.get("output_throughput"))
+    total_in, total_out = fill_benchmark_serving_load(run, doc, completed)
     run.total_tok_per_s = finite(doc.get("total_throughput"))
     input_tps = finite(doc.get("input_throughput"))
     if run.total_tok_per_s is None and input_tps is not None and run.output_tok_per_s is not None:

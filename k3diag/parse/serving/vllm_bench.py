@@ -14,13 +14,13 @@ lacks are computed from them and marked so.
 
 from __future__ import annotations
 
-import math
 import re
 
 from k3diag.model.serving import ServingRun
 from k3diag.parse.serving.common import (
     ServingResult,
     check_layout,
+    fill_benchmark_serving_load,
     fill_missing,
     find_docs,
     finite,
@@ -85,16 +85,7 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     if run.failed is None and completed is not None and integer(doc.get("num_prompts")) is not None:
         # benchmark_serving.py had no "failed": the prompts that did not complete did fail.
         run.failed = max(integer(doc.get("num_prompts")) - completed, 0)
-    concurrency = num(doc.get("max_concurrency"))
-    run.concurrency = None if concurrency is None or math.isinf(concurrency) else concurrency
-    run.request_rate = num(doc.get("request_rate"))
-    run.duration_s = finite(doc.get("duration"))
-    total_in, total_out = finite(doc.get("total_input_tokens")), finite(doc.get("total_output_tokens"))
-    if completed:
-        run.input_len = total_in / completed if total_in is not None else None
-        run.output_len = total_out / completed if total_out is not None else None
-    run.request_per_s = finite(doc.get("request_throughput"))
-    run.output_tok_per_s = finite(doc.get("output_throughput"))
+    total_in, total_out = fill_benchmark_serving_load(run, doc, completed)
     run.total_tok_per_s = finite(doc.get("total_token_throughput"))
     if run.total_tok_per_s is None and run.duration_s and total_in is not None and total_out is not None:
         run.total_tok_per_s = (total_in + total_out) / run.duration_s
