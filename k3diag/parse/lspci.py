@@ -15,107 +15,13 @@ import re
 from dataclasses import dataclass, field
 
 from k3diag.model.pci import Acs, PciDevice, PciLink
-from k3diag.model.source import SourceRef
-from k3diag.parse.ids import normalize_bdf
+from k3diag.model.source import MAX_SOURCES_PER_RECORD, SourceRef
+from k3diag.parse.lspci_header import CLASS_CODES, class_code_for, header, leading_header, vendor_for
 from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
 
+__all__ = ["CLASS_CODES", "FORMAT", "LspciResult", "class_code_for", "parse", "parse_lines", "sniff", "vendor_for"]
+
 FORMAT = "lspci-vv"
-
-# Class names from pciutils' pci.ids `C` section (the ones seen on servers).
-CLASS_CODES: dict[str, int] = {
-    "Non-VGA unclassified device": 0x0000,
-    "VGA compatible unclassified device": 0x0001,
-    "SCSI storage controller": 0x0100,
-    "IDE interface": 0x0101,
-    "RAID bus controller": 0x0104,
-    "SATA controller": 0x0106,
-    "Serial Attached SCSI controller": 0x0107,
-    "Non-Volatile memory controller": 0x0108,
-    "Mass storage controller": 0x0180,
-    "Ethernet controller": 0x0200,
-    "Token ring network controller": 0x0201,
-    "Infiniband controller": 0x0207,
-    "Fabric controller": 0x0208,
-    "Network controller": 0x0280,
-    "VGA compatible controller": 0x0300,
-    "XGA compatible controller": 0x0301,
-    "3D controller": 0x0302,
-    "Display controller": 0x0380,
-    "Multimedia video controller": 0x0400,
-    "Multimedia audio controller": 0x0401,
-    "Audio device": 0x0403,
-    "Multimedia controller": 0x0480,
-    "RAM memory": 0x0500,
-    "Memory controller": 0x0580,
-    "Host bridge": 0x0600,
-    "ISA bridge": 0x0601,
-    "PCI bridge": 0x0604,
-    "CardBus bridge": 0x0607,
-    "Bridge": 0x0680,
-    "Serial controller": 0x0700,
-    "Communication controller": 0x0780,
-    "PIC": 0x0800,
-    "IOMMU": 0x0806,
-    "System peripheral": 0x0880,
-    "Generic system peripheral": 0x0880,
-    "Co-processor": 0x0B40,
-    "USB controller": 0x0C03,
-    "SMBus": 0x0C05,
-    "Serial bus controller": 0x0C80,
-    "Encryption controller": 0x1080,
-    "Performance counters": 0x1101,
-    "Signal processing controller": 0x1180,
-    "Processing accelerators": 0x1200,
-    "Non-Essential Instrumentation": 0x1300,
-    "Unassigned class": 0xFF00,
-}
-
-# Vendor name prefixes as pci.ids spells them, longest first where one is a prefix of another.
-VENDOR_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("NVIDIA Corporation", "10de"),
-    ("nVidia Corporation", "10de"),
-    ("Advanced Micro Devices, Inc. [AMD/ATI]", "1002"),
-    ("Advanced Micro Devices, Inc. [AMD]", "1022"),
-    ("Advanced Micro Devices [AMD]", "1022"),
-    ("ATI Technologies Inc", "1002"),
-    ("Mellanox Technologies", "15b3"),
-    ("Intel Corporation", "8086"),
-    ("PLX Technology, Inc.", "10b5"),
-    ("Broadcom / LSI", "1000"),
-    ("Broadcom Inc. and subsidiaries", "14e4"),
-    ("Huawei Technologies Co., Ltd.", "19e5"),
-    ("Habana Labs Ltd.", "1da3"),
-    ("Microsemi / PMC / IDT", "11f8"),
-    ("PMC-Sierra Inc.", "11f8"),
-    ("Microchip Technology / SMSC", "1055"),
-    ("ASPEED Technology, Inc.", "1a03"),
-    ("Samsung Electronics Co Ltd", "144d"),
-)
-
-
-def class_code_for(name: str | None) -> int | None:
-    if not name:
-        return None
-    return CLASS_CODES.get(name.strip())
-
-
-def vendor_for(description: str | None) -> str | None:
-    if not description:
-        return None
-    for prefix, vendor in VENDOR_PREFIXES:
-        if description.startswith(prefix):
-            return vendor
-    return None
-
-
-_BDF = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-_HEADER_RE = re.compile(rf"(?:^|(?<=\s))(?P<bdf>{_BDF})(?:\s+(?P<rest>\S.*))?$")
-# `3D controller [0302]: NVIDIA ...`; the class name has no colon.
-_CLASS_RE = re.compile(r"^(?P<class>[A-Za-z0-9][^:\[\]]*?)(?: \[(?P<code>[0-9a-fA-F]{4})\])?: (?P<desc>.*)$")
-# `lspci -n`: `21:04.0 0604: 1022:57a3 (prog-if 00 [Normal decode])`
-_NUMERIC_RE = re.compile(r"^(?P<code>[0-9a-fA-F]{4}): (?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})(?P<desc>.*)$")
-_IDS_RE = re.compile(r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
-_SUFFIX_RE = re.compile(r"\s*\((?:rev [0-9a-fA-F]+|prog-if [^)]*)\)\s*$")
 
 _SPEED = r"(?P<{name}>[0-9.]+|unknown|Unknown)\s*GT/s"
 _LNKCAP_RE = re.compile(
@@ -141,6 +47,19 @@ _IOMMU_GROUP_RE = re.compile(r"(?:^IOMMU group:\s*|IOMMU group\s+)(?P<group>\d+)
 _INTERESTING_RE = re.compile(
     r"\s*(?:Lnk(?:Cap|Sta|Ctl2)|ACSC|Bus: primary|Kernel |NUMA node|Physical Slot|Capabilities|IOMMU group|Flags:)"
 )
+# The lines the bulk parser visits: every line that does not start with a tab (headers, blank
+# lines, prose, prompts, space-indented pastes), and tab-indented lines that are blank or start
+# with a key `_body` acts on. The literal `\n` leads, so the engine jumps from line to line and
+# rejects most tab-indented lines on their first letter. Every other line is one `_line` would
+# pass over: its key is not one `_body` uses, a `Flags:` line names no IOMMU group, a
+# `Capabilities:` line names no Express port and no ACS (whether a device has any capability at
+# all is looked up when its block closes: `_Parser._unvisited_caps`).
+_USED_KEYS = (r"Lnk(?:Cap2?|Sta|Ctl2):|ACSC(?:ap|tl):|Bus: primary=|Kernel (?:driver in use|modules):|NUMA node:"
+              r"|Physical Slot:|IOMMU group|Flags:(?=(?:[^I\n]++|I(?!OMMU group))*+I)"
+              r"|Capabilities:(?= <access denied>|(?:[^EA\n]++|E(?!xpress )|A(?!ccess Control Services))*+[EA])")
+_EVENT_RE = re.compile(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))", re.M)
+# A capability line among those `_EVENT_RE` does not visit.
+_CAPS_LINE_RE = re.compile(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
 _KEY_PREFIXES = ("LnkCap:", "LnkSta:", "LnkCap2:", "LnkCtl2:", "ACSCap:", "ACSCtl:", "Bus: primary=")
 _SNIFF_KEYS = (
     "LnkCap:", "LnkSta:", "ACSCtl:", "ACSCap:", "Capabilities: [", "Capabilities: <access denied>",
@@ -162,7 +81,7 @@ def sniff(text: str) -> float:
     fieldish = 0
     tree = 0
     lines = 0
-    for raw in text.split("\n")[:4000]:
+    for raw in head_lines(text, 4000):
         line = raw.rstrip()
         if not line.strip():
             continue
@@ -170,7 +89,7 @@ def sniff(text: str) -> float:
         stripped = line.strip()
         if "+-" in line or "\\-" in line:
             tree += 1
-        if not line[0].isspace() and not line.startswith(_KEY_PREFIXES) and _header(line) is not None:
+        if not line[0].isspace() and not line.startswith(_KEY_PREFIXES) and header(line) is not None:
             headers += 1
             continue
         if stripped.startswith(_SNIFF_KEYS):
@@ -214,8 +133,43 @@ def _is_flag_line(stripped: str) -> bool:
     return flagged * 2 >= len(tokens)
 
 
+def head_lines(text: str, count: int) -> list[str]:
+    """`text.split("\\n")[:count]` without splitting the rest of a large text."""
+    end = -1
+    for _ in range(count):
+        end = text.find("\n", end + 1)
+        if end < 0:
+            return text.split("\n")
+    return text[:end].split("\n")
+
+
 def parse(section: Section, input_name: str) -> LspciResult:
+    """The devices of an `lspci` output; the bulk path, identical to `parse_lines` line for line."""
     return _Parser(section, input_name).run()
+
+
+def parse_lines(section: Section, input_name: str) -> LspciResult:
+    """The exact per-line parser: every line through `_Parser._line`. The reference `parse` is tested
+    against (on every fixture, generated 5,000-device outputs and random line mixtures)."""
+    return _Parser(section, input_name).run_lines()
+
+
+# What a line does, decided once per distinct text (`_Parser._classify`); the first item is one of:
+_SKIP = 0  # nothing (a key the parser does not use, a body line outside any device)
+_CLOSE = 1  # ends the block: a blank line, a shell prompt running a command
+_EXACT = 2  # anything unusual: handed to the per-line parser as it is
+_DRIVER = 3  # `Kernel driver in use:` (value) / `Kernel modules:` (None)
+_CAPS = 4  # `Capabilities: [..] ...` (Express port type, whether it is ACS)
+_NUMA = 5
+_BUS = 6
+_LNKCAP = 7
+_LNKSTA = 8
+_LNKCAP2 = 9
+_LNKCTL2 = 10
+_ACS = 11
+_DENIED = 12  # `Capabilities: <access denied>`
+_SLOT = 13
+_IOMMU = 14
 
 
 class _Parser:
@@ -228,22 +182,97 @@ class _Parser:
         self.acs_listed = False
         self.saw_caps = False
         self.anonymous = False
+        # The raw line after the one being read (wrapped ACS flags), as each driver finds it.
+        self._lines: list[str] | None = None
+        self._index = 0
+        self._text = ""
+        self._end = 0
+        self._line_end = 0
+        self._pos = 0  # where the line being read starts (its `\n`): a block closing there ends there
+        self._open_end = 0  # where the header line of the current block ends
 
-    # -- driver -------------------------------------------------------------------
-    def run(self) -> LspciResult:
+    # -- drivers ------------------------------------------------------------------
+    def run_lines(self) -> LspciResult:
         lines = normalize(self.section.text).split("\n")
         while lines and not lines[-1].strip():
             lines.pop()  # a trailing newline is the end of the file, not the end of a block
+        self._lines = lines
         for index, raw in enumerate(lines):
-            line_no = self.section.first_line + index
+            self._index = index
+            self._exact(raw, self.section.first_line + index)
+        return self._finish()
+
+    def run(self) -> LspciResult:
+        """One `finditer` over the text visits only the lines `_EVENT_RE` selects; the lines in
+        between are ones `_line` would pass over. Each distinct line is classified once
+        (`_classify`) and its effect applied (`_apply`) with the steps `_line` takes."""
+        text = normalize(self.section.text)
+        end = _content_end(text)
+        self._text, self._end = text, end
+        first_line = self.section.first_line
+        if end == 0:
+            return self._finish()
+        newline = text.find("\n", 0, end)
+        line_end = end if newline < 0 else newline
+        self._line_end = line_end
+        self._exact(text[:line_end], first_line)  # the first line has no `\n` before it
+        index, counted, previous_end = 0, 0, line_end
+        actions: dict[str, tuple] = {}
+        warnings = self.result.warnings
+        find, count = text.find, text.count
+        handlers = self._handlers()
+        for match in _EVENT_RE.finditer(text, line_end, end):
+            start = match.start()
+            if start - previous_end > MAX_LINE_CHARS:
+                self._long_lines(previous_end, start, index + 1 + first_line)
+            index += count("\n", counted, start) + 1
+            counted = start + 1
+            line_end = find("\n", match.end(), end)
+            if line_end < 0:
+                line_end = end
+            previous_end = line_end
+            raw = text[counted:line_end]
+            action = actions.get(raw)
+            if action is None:
+                if len(raw) > MAX_LINE_CHARS:
+                    warnings.append(f"line {first_line + index}: longer than {MAX_LINE_CHARS} characters, skipped")
+                    continue
+                self._pos, self._line_end = start, line_end
+                if raw and not raw[0].isspace() and not raw.startswith(_KEY_PREFIXES):
+                    found = leading_header(raw.rstrip())
+                    if found:
+                        self._close(complete=True)
+                        self._open(found[0], found[1], raw.rstrip(), first_line + index)
+                        continue  # headers are all different: not worth remembering
+                action = actions[raw] = self._classify(raw)
+            code = action[0]
+            if code:  # not _SKIP
+                self._pos, self._line_end = start, line_end
+                handlers[code](action, first_line + index)
+        if end - previous_end > MAX_LINE_CHARS:
+            self._long_lines(previous_end, end, index + 1 + first_line)
+        self._pos = end
+        return self._finish()
+
+    def _unvisited_caps(self) -> bool:
+        """Whether the block being closed has a `Capabilities:` line `run` did not visit."""
+        if self._lines is not None:
+            return False  # `run_lines` visits every line
+        text, stop = self._text, self._pos
+        for match in _CAPS_LINE_RE.finditer(text, self._open_end, stop):
+            newline = text.find("\n", match.end(), stop)
+            if (stop if newline < 0 else newline) - match.start() - 1 <= MAX_LINE_CHARS:
+                return True
+        return False
+
+    def _long_lines(self, after: int, before: int, first_no: int) -> None:
+        """The warnings `run_lines` gives for over-long lines among those `run` does not visit."""
+        for offset, raw in enumerate(self._text[after + 1:before].split("\n")):
             if len(raw) > MAX_LINE_CHARS:
-                self.result.warnings.append(f"line {line_no}: longer than {MAX_LINE_CHARS} characters, skipped")
-                continue
-            line = raw.rstrip()
-            try:
-                self._line(line, line_no, lines, index)
-            except Exception as exc:  # one odd line must not cost the rest of the file
-                self.result.warnings.append(f"line {line_no}: could not be read ({type(exc).__name__}: {exc})")
+                self.result.warnings.append(
+                    f"line {first_no + offset}: longer than {MAX_LINE_CHARS} characters, skipped")
+
+    def _finish(self) -> LspciResult:
         self._close(complete=self.current_complete)
         if self.result.denied:
             self.result.warnings.append(
@@ -251,15 +280,237 @@ class _Parser:
                 "link speed, width and ACS settings are unknown; `sudo lspci -vv` would show them")
         return self.result
 
-    def _line(self, line: str, line_no: int, lines: list[str], index: int) -> None:
+    def _following(self) -> str | None:
+        """The raw line after the current one, or None at the end."""
+        if self._lines is not None:
+            return self._lines[self._index + 1] if self._index + 1 < len(self._lines) else None
+        if self._line_end >= self._end:
+            return None
+        newline = self._text.find("\n", self._line_end + 1, self._end)
+        return self._text[self._line_end + 1:newline if newline >= 0 else self._end]
+
+    # -- the bulk path: classify once, apply per occurrence -----------------------
+    def _classify(self, raw: str) -> tuple:
+        """What `raw` does, as a tuple `_apply` replays; `_EXACT` when the fast steps do not cover it."""
+        line = raw.rstrip()
+        if not line.strip():
+            return (_CLOSE,)
+        if not line[0].isspace() and not line.startswith(_KEY_PREFIXES):
+            # not a header (`run` tried that first): a prompt ends the block, anything else is prose
+            if leading_header(line) is False and header(line) is not None:
+                return (_EXACT, raw)
+            return (_CLOSE,) if prompt_command(line) is not None else (_SKIP,)
+        if _INTERESTING_RE.match(line) is None:
+            return (_SKIP,)
+        stripped = line.strip()
+        try:
+            return self._classify_body(stripped, line, raw)
+        except Exception:  # a number too long for int() and the like: let `_line` report it
+            return (_EXACT, raw)
+
+    @staticmethod
+    def _classify_body(stripped: str, line: str, raw: str) -> tuple:
+        if stripped.startswith("Kernel driver in use:"):
+            return (_DRIVER, line, stripped.split(":", 1)[1].strip() or None, True)
+        if stripped.startswith("Kernel modules:"):
+            return (_DRIVER, line, None, False)
+        if stripped.startswith("Bus: primary="):
+            match = _BUS_RE.match(stripped)
+            buses = None if match is None else tuple(int(match.group(g), 16) for g in ("primary", "secondary",
+                                                                                        "subordinate"))
+            return (_BUS, line, buses)
+        if stripped.startswith(_KEY_PREFIXES):
+            key = stripped.split(":", 1)[0]
+            if key == "LnkCap":
+                match = _LNKCAP_RE.match(stripped)
+                values = None if match is None else (
+                    _speed(match.group("speed")), int(match.group("width")),
+                    int(match.group("port")) if match.group("port") else None)
+                return (_LNKCAP, line, values)
+            if key == "LnkSta":
+                match = _LNKSTA_RE.match(stripped)
+                if match:
+                    values = ("ok", _speed(match.group("speed")), int(match.group("width")), match.group("smark"),
+                              match.group("wmark"))
+                elif _LNKSTA_UNKNOWN_RE.match(stripped):
+                    width = re.search(r"Width x(\d+)", stripped)
+                    values = ("unknown", int(width.group(1)) if width else None)
+                else:
+                    values = ("bad", stripped[:80])
+                return (_LNKSTA, line, values)
+            if key == "LnkCap2":
+                match = _LNKCAP2_RE.match(stripped)
+                return (_LNKCAP2, line, None if match is None else (_speed(match.group("max")),))
+            if key == "LnkCtl2":
+                match = _LNKCTL2_RE.match(stripped)
+                return (_LNKCTL2, line, None if match is None else (_speed(match.group("speed")),))
+            match = _ACS_RE.match(stripped)
+            return (_ACS, line, key, _flags(match.group("flags") if match else ""))
+        if stripped.startswith("NUMA node:"):
+            value = stripped.split(":", 1)[1].strip()
+            node = int(value) if re.fullmatch(r"-?\d+", value) and int(value) >= 0 else None
+            return (_NUMA, line, node)
+        if stripped.startswith("Physical Slot:"):
+            return (_SLOT, line, stripped.split(":", 1)[1].strip() or None)
+        if stripped.startswith("Capabilities: <access denied>"):
+            return (_DENIED, line)
+        if stripped.startswith(("IOMMU group", "Flags:")):
+            group = _IOMMU_GROUP_RE.search(stripped)
+            return (_IOMMU, line, int(group.group("group")) if group else None)
+        if stripped.startswith("Capabilities:"):
+            express = _EXPRESS_RE.search(stripped)
+            return (_CAPS, line, express.group("type").strip() if express else None,
+                    "Access Control Services" in stripped)
+        return (_SKIP,)
+
+    def _handlers(self) -> tuple:
+        """The `_on_*` step of each action code, by code."""
+        return (None, self._on_close, self._on_exact, self._on_driver, self._on_caps, self._on_numa, self._on_bus,
+                self._on_lnkcap, self._on_lnksta, self._on_lnkcap2, self._on_lnkctl2, self._on_acs, self._on_denied,
+                self._on_slot, self._on_iommu)
+
+    # Each `_on_*` has the effect `_line` has on a line of its kind, step for step. `_add` stands
+    # for `PciDevice.add_source`: a line's reference is new and offered once per device, so it is
+    # never one the device already holds.
+    def _on_close(self, action: tuple, line_no: int) -> None:
+        self._close(complete=True)
+
+    def _on_exact(self, action: tuple, line_no: int) -> None:
+        self._exact(action[1], line_no)
+
+    def _on_caps(self, action: tuple, line_no: int) -> None:
+        device = self.current
+        if device is None:
+            return
+        self.saw_caps = True
+        if action[2] is not None and device.port_type is None:
+            device.port_type = action[2]
+            _add(device, SourceRef(self.input_name, line_no, action[1]))
+        if action[3]:
+            self.acs_listed = True
+
+    def _on_slot(self, action: tuple, line_no: int) -> None:
+        if self.current is not None:
+            self.current.physical_slot = action[2]
+
+    def _on_iommu(self, action: tuple, line_no: int) -> None:
+        if self.current is not None and action[2] is not None:
+            self.current.iommu_group = action[2]
+
+    def _on_driver(self, action: tuple, line_no: int) -> None:
+        device = self.current
+        if device is not None:
+            if action[3]:
+                device.driver = action[2]
+                _add(device, SourceRef(self.input_name, line_no, action[1]))
+            self.current_complete = True
+
+    def _on_numa(self, action: tuple, line_no: int) -> None:
+        device = self.current
+        if device is not None and action[2] is not None:
+            device.numa_node = action[2]
+            _add(device, SourceRef(self.input_name, line_no, action[1]))
+
+    def _on_denied(self, action: tuple, line_no: int) -> None:
+        ref = SourceRef(self.input_name, line_no, action[1])
+        device = self.current if self.current is not None else self._anonymous(ref)
+        if not device.access_denied:
+            device.access_denied = True
+            self.result.denied += 1
+            _add(device, ref)
+
+    def _on_bus(self, action: tuple, line_no: int) -> None:
+        ref = SourceRef(self.input_name, line_no, action[1])
+        device = self.current
+        if device is None or self.anonymous:
+            device = self._device_for("Bus", ref)
+        if action[2] is not None:
+            device.primary_bus, device.secondary_bus, device.subordinate_bus = action[2]
+            device.is_bridge = True
+            _add(device, ref)
+
+    def _on_lnkcap(self, action: tuple, line_no: int) -> None:
+        ref = SourceRef(self.input_name, line_no, action[1])
+        device = self.current
+        if device is None or self.anonymous:
+            device = self._device_for("LnkCap", ref)
+        link = device.link or PciLink()
+        values = action[2]
+        if values is not None:
+            link.cap_speed_gts, link.cap_width = values[0], values[1]
+            if values[2] is not None:
+                link.port_number = values[2]
+        link.cap_source = ref
+        device.link = link
+        _add(device, ref)
+
+    def _on_lnksta(self, action: tuple, line_no: int) -> None:
+        ref = SourceRef(self.input_name, line_no, action[1])
+        device = self.current
+        if device is None or self.anonymous:
+            device = self._device_for("LnkSta", ref)
+        link = device.link or PciLink()
+        values = action[2]
+        if values[0] == "ok":
+            link.sta_speed_gts, link.sta_width = values[1], values[2]
+            if values[3]:
+                link.speed_downgraded = values[3] == "downgraded"
+            if values[4]:
+                link.width_downgraded = values[4] == "downgraded"
+        elif values[0] == "unknown":
+            link.sta_width = values[1]
+        else:
+            self.result.warnings.append(f"line {line_no}: LnkSta not understood: {values[1]!r}")
+        link.source = ref
+        device.link = link
+        _add(device, ref)
+
+    def _on_lnkcap2(self, action: tuple, line_no: int) -> None:
+        device = self.current
+        if device is None or self.anonymous:
+            device = self._device_for("LnkCap2", SourceRef(self.input_name, line_no, action[1]))
+        if action[2] is not None:
+            link = device.link or PciLink()
+            link.supported_max_speed_gts = action[2][0]
+            device.link = link
+
+    def _on_lnkctl2(self, action: tuple, line_no: int) -> None:
+        ref = SourceRef(self.input_name, line_no, action[1])
+        device = self.current
+        if device is None or self.anonymous:
+            device = self._device_for("LnkCtl2", ref)
+        if action[2] is not None:
+            link = device.link or PciLink()
+            link.target_speed_gts = action[2][0]
+            device.link = link
+            _add(device, ref)
+
+    def _on_acs(self, action: tuple, line_no: int) -> None:
+        ref = SourceRef(self.input_name, line_no, action[1])
+        device = self.current
+        if device is None or self.anonymous:
+            device = self._device_for(action[2], ref)
+        self._acs(device, action[2], dict(action[3]), ref, fresh=True)
+
+    # -- the per-line path ----------------------------------------------------------
+    def _exact(self, raw: str, line_no: int) -> None:
+        if len(raw) > MAX_LINE_CHARS:
+            self.result.warnings.append(f"line {line_no}: longer than {MAX_LINE_CHARS} characters, skipped")
+            return
+        try:
+            self._line(raw.rstrip(), line_no)
+        except Exception as exc:  # one odd line must not cost the rest of the file
+            self.result.warnings.append(f"line {line_no}: could not be read ({type(exc).__name__}: {exc})")
+
+    def _line(self, line: str, line_no: int) -> None:
         if not line.strip():
             self._close(complete=True)
             return
         if not line[0].isspace() and not line.startswith(_KEY_PREFIXES):
-            header = _header(line)
-            if header is not None:
+            found = header(line)
+            if found is not None:
                 self._close(complete=True)
-                self._open(header, line, line_no)
+                self._open(found["bdf"], found, line, line_no)
                 return
             if prompt_command(line) is not None:
                 self._close(complete=True)
@@ -268,20 +519,21 @@ class _Parser:
             return  # most of a block (DevCap, AER masks, MSI...) says nothing k3diag uses
         stripped = line.strip()
         ref = SourceRef(self.input_name, line_no, line)
-        self._body(stripped, ref, lines, index)
+        self._body(stripped, ref)
 
     # -- blocks -------------------------------------------------------------------
-    def _open(self, header: dict, line: str, line_no: int) -> None:
+    def _open(self, bdf: str, fields: dict, line: str, line_no: int) -> None:
         ref = SourceRef(self.input_name, line_no, line)
-        device = PciDevice(bdf=header["bdf"], origin=FORMAT, source=ref)
-        device.class_name = header.get("class_name")
-        device.class_code = header.get("class_code")
-        device.vendor_id = header.get("vendor_id")
-        device.device_id = header.get("device_id")
-        device.description = header.get("description")
+        self._open_end = self._line_end
+        device = PciDevice(bdf=bdf, origin=FORMAT, source=ref)
+        device.class_name = fields.get("class_name")
+        device.class_code = fields.get("class_code")
+        device.vendor_id = fields.get("vendor_id")
+        device.device_id = fields.get("device_id")
+        device.description = fields.get("description")
         if device.class_code == 0x0604:
             device.is_bridge = True
-        device.add_source(ref)
+        device.sources.append(ref)  # `add_source` on a new device
         self.current = device
         self.current_complete = False
         self.acs_listed = False
@@ -312,7 +564,8 @@ class _Parser:
             self.result.warnings.append(
                 f"{device.bdf or 'a device'}: the ACS capability is listed without its settings (`lspci -v`); "
                 "`sudo lspci -vv` shows ACSCtl")
-        elif self.saw_caps and (complete or device.driver is not None) and not self.anonymous:
+        elif (complete or device.driver is not None) and not self.anonymous and (
+                self.saw_caps or self._unvisited_caps()):
             device.capabilities_read = True
         self.current = None
 
@@ -327,7 +580,7 @@ class _Parser:
             return self._anonymous(ref)
         return device
 
-    def _body(self, stripped: str, ref: SourceRef, lines: list[str], index: int) -> None:
+    def _body(self, stripped: str, ref: SourceRef) -> None:
         if stripped.startswith("Kernel driver in use:") or stripped.startswith("Kernel modules:"):
             if self.current is not None:
                 if stripped.startswith("Kernel driver in use:"):
@@ -336,7 +589,7 @@ class _Parser:
                 self.current_complete = True
             return
         if stripped.startswith(_KEY_PREFIXES):
-            self._key_line(stripped, ref, lines, index)
+            self._key_line(stripped, ref)
             return
         device = self.current
         if device is None:
@@ -369,7 +622,7 @@ class _Parser:
             if group:
                 device.iommu_group = int(group.group("group"))
 
-    def _key_line(self, stripped: str, ref: SourceRef, lines: list[str], index: int) -> None:
+    def _key_line(self, stripped: str, ref: SourceRef) -> None:
         key = stripped.split(":", 1)[0]
         if stripped.startswith("Bus: primary="):
             match = _BUS_RE.match(stripped)
@@ -426,23 +679,47 @@ class _Parser:
                 device.add_source(ref)
         elif key in ("ACSCap", "ACSCtl"):
             match = _ACS_RE.match(stripped)
-            text = match.group("flags") if match else ""
-            flags = _flags(text)
-            # A terminal or a chat window can wrap the line: `UpstreamFwd+ \nEgressCtrl- DirectTrans-`.
-            if len(flags) < 7 and index + 1 < len(lines):
-                following = lines[index + 1].strip()
-                if following and all(_FLAG_RE.fullmatch(token) for token in following.split()):
-                    flags.update(_flags(following))
-            acs = device.acs or Acs()
-            if key == "ACSCap":
-                acs.cap = flags
-            else:
-                acs.ctl = flags
-                acs.source = ref
-                if len(flags) < 7:
-                    self.result.warnings.append(f"line {ref.line}: ACSCtl shows {len(flags)} of 7 flags (cut short?)")
-            device.acs = acs
+            self._acs(device, key, _flags(match.group("flags") if match else ""), ref)
+
+    def _acs(self, device: PciDevice, key: str, flags: dict[str, bool], ref: SourceRef, fresh: bool = False) -> None:
+        # A terminal or a chat window can wrap the line: `UpstreamFwd+ \nEgressCtrl- DirectTrans-`.
+        if len(flags) < 7:
+            following = self._following()
+            following = following.strip() if following is not None else ""
+            if following and all(_FLAG_RE.fullmatch(token) for token in following.split()):
+                flags.update(_flags(following))
+        acs = device.acs or Acs()
+        if key == "ACSCap":
+            acs.cap = flags
+        else:
+            acs.ctl = flags
+            acs.source = ref
+            if len(flags) < 7:
+                self.result.warnings.append(f"line {ref.line}: ACSCtl shows {len(flags)} of 7 flags (cut short?)")
+        device.acs = acs
+        if fresh:
+            _add(device, ref)
+        else:
             device.add_source(ref)
+
+
+def _content_end(text: str) -> int:
+    """Where the last line that is not blank ends: trailing blank lines end the file, not a block."""
+    end = len(text)
+    while end > 0:
+        chunk = text[max(0, end - 4096):end]
+        kept = chunk.rstrip()
+        if kept:
+            last = end - len(chunk) + len(kept)
+            newline = text.find("\n", last)
+            return len(text) if newline < 0 else newline
+        end -= len(chunk)
+    return 0
+
+
+def _add(device: PciDevice, ref: SourceRef) -> None:
+    if len(device.sources) < MAX_SOURCES_PER_RECORD:
+        device.sources.append(ref)
 
 
 def _already_has(device: PciDevice, key: str) -> bool:
@@ -476,63 +753,3 @@ def _speed(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if 0 < value <= 256 else None
-
-
-def _header(line: str) -> dict | None:
-    """The fields of a device header line, or None when the line is not one."""
-    for match in _HEADER_RE.finditer(line):
-        prefix = line[: match.start()]
-        rest = (match.group("rest") or "").strip()
-        bdf = normalize_bdf(match.group("bdf"))
-        if not rest:
-            if prefix.strip():
-                continue
-            return {"bdf": bdf}
-        numeric = _NUMERIC_RE.match(rest)
-        if numeric:
-            if prefix.strip():
-                continue
-            return {
-                "bdf": bdf,
-                "class_code": int(numeric.group("code"), 16),
-                "vendor_id": numeric.group("vendor").lower(),
-                "device_id": numeric.group("device").lower(),
-                "description": _clean(numeric.group("desc")) or None,
-            }
-        named = _CLASS_RE.match(rest)
-        if not named:
-            continue
-        class_name = named.group("class").strip()
-        # Text before the bus id (a script's `Card: `, prose) is allowed only for a class lspci knows.
-        if prefix.strip() and class_name not in CLASS_CODES:
-            continue
-        if not prefix.strip() and class_name not in CLASS_CODES and not re.fullmatch(r"[A-Za-z0-9][\w ./&+-]{1,60}", class_name):
-            continue
-        desc = named.group("desc")
-        vendor_id = device_id = None
-        ids = None
-        for ids in _IDS_RE.finditer(desc):
-            pass
-        if ids is not None:
-            vendor_id, device_id = ids.group("vendor").lower(), ids.group("device").lower()
-            desc = desc[: ids.start()] + desc[ids.end():]
-        description = _clean(desc)
-        code = int(named.group("code"), 16) if named.group("code") else CLASS_CODES.get(class_name)
-        return {
-            "bdf": bdf,
-            "class_name": class_name,
-            "class_code": code,
-            "vendor_id": vendor_id or vendor_for(description),
-            "device_id": device_id,
-            "description": description or None,
-        }
-    return None
-
-
-def _clean(desc: str) -> str:
-    text = desc.strip()
-    while True:
-        trimmed = _SUFFIX_RE.sub("", text)
-        if trimmed == text:
-            return text.strip()
-        text = trimmed
