@@ -17,130 +17,51 @@ from dataclasses import dataclass, field
 from k3diag.model.pci import Acs, PciDevice, PciLink
 from k3diag.model.source import MAX_SOURCES_PER_RECORD, SourceRef
 from k3diag.parse.lspci_header import CLASS_CODES, class_code_for, header, leading_header, vendor_for
+from k3diag.parse.lspci_lines import (
+    ACS,
+    ACS_RE,
+    BUS,
+    BUS_RE,
+    CAPS,
+    CAPS_LINE_RE,
+    CLOSE,
+    DENIED,
+    DRIVER,
+    EVENT_RE,
+    EXACT,
+    EXPRESS_RE,
+    FLAG_RE,
+    INTERESTING_RE,
+    IOMMU,
+    IOMMU_GROUP_RE,
+    KEY_PREFIXES,
+    LNKCAP,
+    LNKCAP2,
+    LNKCAP2_RE,
+    LNKCAP_RE,
+    LNKCTL2,
+    LNKCTL2_RE,
+    LNKSTA,
+    LNKSTA_RE,
+    LNKSTA_UNKNOWN_RE,
+    NUMA,
+    SLOT,
+    classify,
+    flags,
+    sniff,
+    speed,
+)
 from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
 
 __all__ = ["CLASS_CODES", "FORMAT", "LspciResult", "class_code_for", "parse", "parse_lines", "sniff", "vendor_for"]
 
 FORMAT = "lspci-vv"
 
-_SPEED = r"(?P<{name}>[0-9.]+|unknown|Unknown)\s*GT/s"
-_LNKCAP_RE = re.compile(
-    r"^LnkCap:\s*(?:Port #(?P<port>\d+),\s*)?Speed\s+" + _SPEED.format(name="speed") + r"[^,]*,\s*Width x(?P<width>\d+)"
-)
-_LNKSTA_RE = re.compile(
-    r"^LnkSta:\s*Speed\s+" + _SPEED.format(name="speed") + r"(?:\s*\((?P<smark>ok|downgraded)\))?"
-    r"\s*,\s*Width x(?P<width>\d+)(?:\s*\((?P<wmark>ok|downgraded)\))?"
-)
-# `LnkSta: Speed unknown (downgraded), Width x0 (downgraded)` on a port with nothing behind it
-_LNKSTA_UNKNOWN_RE = re.compile(r"^LnkSta:\s*Speed\s+unknown", re.I)
-_LNKCAP2_RE = re.compile(r"^LnkCap2:\s*Supported Link Speeds:\s*(?:[0-9.]+-)?(?P<max>[0-9.]+)\s*GT/s")
-_LNKCTL2_RE = re.compile(r"^LnkCtl2:\s*Target Link Speed:\s*(?P<speed>[0-9.]+)\s*GT/s")
-_ACS_RE = re.compile(r"^ACS(?P<which>Cap|Ctl):\s*(?P<flags>.*)$")
-_FLAG_RE = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9]*)(?P<value>[+-])")
-_EXPRESS_RE = re.compile(r"Express (?:\(v\d+\) )?(?P<type>[A-Za-z/ -]+?)(?: \(Slot[+-]\))?, (?:MSI|IRQ)")
-_BUS_RE = re.compile(
-    r"^Bus: primary=(?P<primary>[0-9a-fA-F]{2}), secondary=(?P<secondary>[0-9a-fA-F]{2}), "
-    r"subordinate=(?P<subordinate>[0-9a-fA-F]{2})"
-)
-_IOMMU_GROUP_RE = re.compile(r"(?:^IOMMU group:\s*|IOMMU group\s+)(?P<group>\d+)")
-# The body lines worth a closer look; everything else is skipped with one regex match.
-_INTERESTING_RE = re.compile(
-    r"\s*(?:Lnk(?:Cap|Sta|Ctl2)|ACSC|Bus: primary|Kernel |NUMA node|Physical Slot|Capabilities|IOMMU group|Flags:)"
-)
-# The lines the bulk parser visits: every line that does not start with a tab (headers, blank
-# lines, prose, prompts, space-indented pastes), and tab-indented lines that are blank or start
-# with a key `_body` acts on. The literal `\n` leads, so the engine jumps from line to line and
-# rejects most tab-indented lines on their first letter. Every other line is one `_line` would
-# pass over: its key is not one `_body` uses, a `Flags:` line names no IOMMU group, a
-# `Capabilities:` line names no Express port and no ACS (whether a device has any capability at
-# all is looked up when its block closes: `_Parser._unvisited_caps`).
-_USED_KEYS = (r"Lnk(?:Cap2?|Sta|Ctl2):|ACSC(?:ap|tl):|Bus: primary=|Kernel (?:driver in use|modules):|NUMA node:"
-              r"|Physical Slot:|IOMMU group|Flags:(?=(?:[^I\n]++|I(?!OMMU group))*+I)"
-              r"|Capabilities:(?= <access denied>|(?:[^EA\n]++|E(?!xpress )|A(?!ccess Control Services))*+[EA])")
-_EVENT_RE = re.compile(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))", re.M)
-# A capability line among those `_EVENT_RE` does not visit.
-_CAPS_LINE_RE = re.compile(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
-_KEY_PREFIXES = ("LnkCap:", "LnkSta:", "LnkCap2:", "LnkCtl2:", "ACSCap:", "ACSCtl:", "Bus: primary=")
-_SNIFF_KEYS = (
-    "LnkCap:", "LnkSta:", "ACSCtl:", "ACSCap:", "Capabilities: [", "Capabilities: <access denied>",
-    "Kernel driver in use:", "Control: I/O", "Status: Cap", "Bus: primary=", "NUMA node:", "Physical Slot:",
-    "LnkCtl2:", "Kernel modules:",
-)
-
-
 @dataclass
 class LspciResult:
     devices: list[PciDevice] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     denied: int = 0  # devices whose capabilities read <access denied>
-
-
-def sniff(text: str) -> float:
-    headers = 0
-    keys = 0
-    fieldish = 0
-    tree = 0
-    lines = 0
-    for raw in head_lines(text, 4000):
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        lines += 1
-        stripped = line.strip()
-        if "+-" in line or "\\-" in line:
-            tree += 1
-        if not line[0].isspace() and not line.startswith(_KEY_PREFIXES) and header(line) is not None:
-            headers += 1
-            continue
-        if stripped.startswith(_SNIFF_KEYS):
-            keys += 1
-        if stripped.startswith(_BODY_FIELDS) or _is_flag_line(stripped):
-            fieldish += 1
-    if lines == 0 or tree > lines // 3:
-        return 0.0
-    if headers and (keys or fieldish >= 2):
-        return 0.95
-    if keys and fieldish >= 3 and fieldish * 10 >= lines * 6:
-        return 0.8  # an excerpt without a device header
-    if keys >= 2 and keys * 2 >= lines:
-        return 0.8  # `grep ACSCtl` / `grep Lnk` output
-    if keys >= 1 and lines <= 3:
-        return 0.6
-    if headers >= 2 and headers * 2 >= lines:
-        return 0.55  # plain `lspci`: names and classes, no links
-    return 0.0
-
-
-# Field names lspci -vv prints inside a device block; used only to recognize excerpts.
-_BODY_FIELDS = (
-    "Subsystem:", "Control:", "Status:", "Latency:", "Interrupt:", "NUMA node:", "Region ", "Expansion ROM",
-    "Capabilities:", "Flags:", "DevCap", "DevCtl", "DevSta", "LnkCap", "LnkCtl", "LnkSta", "SltCap", "SltCtl",
-    "SltSta", "RootCap", "RootCtl", "RootSta", "UESta:", "UEMsk:", "UESvrt:", "CESta:", "CEMsk:", "AERCap:",
-    "HeaderLog:", "ACSCap:", "ACSCtl:", "Kernel driver", "Kernel modules", "Bus: primary", "I/O behind",
-    "Memory behind", "Prefetchable memory", "Secondary status:", "BridgeCtl:", "Address:", "Masking:",
-    "Vector table:", "PBA:", "BAR ", "Physical Slot:", "IOMMU group", "DeviceName:", "MaxPayload",
-    "AtomicOps", "Compliance De-emphasis", "Transmit Margin", "EmergencyPowerReduction", "10BitTagComp",
-    "PTM", "L1Sub", "LaneErrStat", "Dpc", "Caps:", "Arb:", "Ctrl:", "VC0:", "ErrorSrc:",
-)
-_FLAG_TOKEN_RE = re.compile(r"^[A-Za-z][\w/]*[+-],?$")
-
-
-def _is_flag_line(stripped: str) -> bool:
-    tokens = stripped.split()
-    if len(tokens) < 3:
-        return False
-    flagged = sum(1 for token in tokens if _FLAG_TOKEN_RE.match(token))
-    return flagged * 2 >= len(tokens)
-
-
-def head_lines(text: str, count: int) -> list[str]:
-    """`text.split("\\n")[:count]` without splitting the rest of a large text."""
-    end = -1
-    for _ in range(count):
-        end = text.find("\n", end + 1)
-        if end < 0:
-            return text.split("\n")
-    return text[:end].split("\n")
 
 
 def parse(section: Section, input_name: str) -> LspciResult:
@@ -152,24 +73,6 @@ def parse_lines(section: Section, input_name: str) -> LspciResult:
     """The exact per-line parser: every line through `_Parser._line`. The reference `parse` is tested
     against (on every fixture, generated 5,000-device outputs and random line mixtures)."""
     return _Parser(section, input_name).run_lines()
-
-
-# What a line does, decided once per distinct text (`_Parser._classify`); the first item is one of:
-_SKIP = 0  # nothing (a key the parser does not use, a body line outside any device)
-_CLOSE = 1  # ends the block: a blank line, a shell prompt running a command
-_EXACT = 2  # anything unusual: handed to the per-line parser as it is
-_DRIVER = 3  # `Kernel driver in use:` (value) / `Kernel modules:` (None)
-_CAPS = 4  # `Capabilities: [..] ...` (Express port type, whether it is ACS)
-_NUMA = 5
-_BUS = 6
-_LNKCAP = 7
-_LNKSTA = 8
-_LNKCAP2 = 9
-_LNKCTL2 = 10
-_ACS = 11
-_DENIED = 12  # `Capabilities: <access denied>`
-_SLOT = 13
-_IOMMU = 14
 
 
 class _Parser:
@@ -203,7 +106,7 @@ class _Parser:
         return self._finish()
 
     def run(self) -> LspciResult:
-        """One `finditer` over the text visits only the lines `_EVENT_RE` selects; the lines in
+        """One `finditer` over the text visits only the lines `EVENT_RE` selects; the lines in
         between are ones `_line` would pass over. Each distinct line is classified once
         (`_classify`) and its effect applied (`_apply`) with the steps `_line` takes."""
         text = normalize(self.section.text)
@@ -221,7 +124,7 @@ class _Parser:
         warnings = self.result.warnings
         find, count = text.find, text.count
         handlers = self._handlers()
-        for match in _EVENT_RE.finditer(text, line_end, end):
+        for match in EVENT_RE.finditer(text, line_end, end):
             start = match.start()
             if start - previous_end > MAX_LINE_CHARS:
                 self._long_lines(previous_end, start, index + 1 + first_line)
@@ -238,15 +141,15 @@ class _Parser:
                     warnings.append(f"line {first_line + index}: longer than {MAX_LINE_CHARS} characters, skipped")
                     continue
                 self._pos, self._line_end = start, line_end
-                if raw and not raw[0].isspace() and not raw.startswith(_KEY_PREFIXES):
+                if raw and not raw[0].isspace() and not raw.startswith(KEY_PREFIXES):
                     found = leading_header(raw.rstrip())
                     if found:
                         self._close(complete=True)
                         self._open(found[0], found[1], raw.rstrip(), first_line + index)
                         continue  # headers are all different: not worth remembering
-                action = actions[raw] = self._classify(raw)
+                action = actions[raw] = classify(raw)
             code = action[0]
-            if code:  # not _SKIP
+            if code:  # not SKIP
                 self._pos, self._line_end = start, line_end
                 handlers[code](action, first_line + index)
         if end - previous_end > MAX_LINE_CHARS:
@@ -259,7 +162,7 @@ class _Parser:
         if self._lines is not None:
             return False  # `run_lines` visits every line
         text, stop = self._text, self._pos
-        for match in _CAPS_LINE_RE.finditer(text, self._open_end, stop):
+        for match in CAPS_LINE_RE.finditer(text, self._open_end, stop):
             newline = text.find("\n", match.end(), stop)
             if (stop if newline < 0 else newline) - match.start() - 1 <= MAX_LINE_CHARS:
                 return True
@@ -290,84 +193,13 @@ class _Parser:
         return self._text[self._line_end + 1:newline if newline >= 0 else self._end]
 
     # -- the bulk path: classify once, apply per occurrence -----------------------
-    def _classify(self, raw: str) -> tuple:
-        """What `raw` does, as a tuple `_apply` replays; `_EXACT` when the fast steps do not cover it."""
-        line = raw.rstrip()
-        if not line.strip():
-            return (_CLOSE,)
-        if not line[0].isspace() and not line.startswith(_KEY_PREFIXES):
-            # not a header (`run` tried that first): a prompt ends the block, anything else is prose
-            if leading_header(line) is False and header(line) is not None:
-                return (_EXACT, raw)
-            return (_CLOSE,) if prompt_command(line) is not None else (_SKIP,)
-        if _INTERESTING_RE.match(line) is None:
-            return (_SKIP,)
-        stripped = line.strip()
-        try:
-            return self._classify_body(stripped, line, raw)
-        except Exception:  # a number too long for int() and the like: let `_line` report it
-            return (_EXACT, raw)
-
-    @staticmethod
-    def _classify_body(stripped: str, line: str, raw: str) -> tuple:
-        if stripped.startswith("Kernel driver in use:"):
-            return (_DRIVER, line, stripped.split(":", 1)[1].strip() or None, True)
-        if stripped.startswith("Kernel modules:"):
-            return (_DRIVER, line, None, False)
-        if stripped.startswith("Bus: primary="):
-            match = _BUS_RE.match(stripped)
-            buses = None if match is None else tuple(int(match.group(g), 16) for g in ("primary", "secondary",
-                                                                                        "subordinate"))
-            return (_BUS, line, buses)
-        if stripped.startswith(_KEY_PREFIXES):
-            key = stripped.split(":", 1)[0]
-            if key == "LnkCap":
-                match = _LNKCAP_RE.match(stripped)
-                values = None if match is None else (
-                    _speed(match.group("speed")), int(match.group("width")),
-                    int(match.group("port")) if match.group("port") else None)
-                return (_LNKCAP, line, values)
-            if key == "LnkSta":
-                match = _LNKSTA_RE.match(stripped)
-                if match:
-                    values = ("ok", _speed(match.group("speed")), int(match.group("width")), match.group("smark"),
-                              match.group("wmark"))
-                elif _LNKSTA_UNKNOWN_RE.match(stripped):
-                    width = re.search(r"Width x(\d+)", stripped)
-                    values = ("unknown", int(width.group(1)) if width else None)
-                else:
-                    values = ("bad", stripped[:80])
-                return (_LNKSTA, line, values)
-            if key == "LnkCap2":
-                match = _LNKCAP2_RE.match(stripped)
-                return (_LNKCAP2, line, None if match is None else (_speed(match.group("max")),))
-            if key == "LnkCtl2":
-                match = _LNKCTL2_RE.match(stripped)
-                return (_LNKCTL2, line, None if match is None else (_speed(match.group("speed")),))
-            match = _ACS_RE.match(stripped)
-            return (_ACS, line, key, _flags(match.group("flags") if match else ""))
-        if stripped.startswith("NUMA node:"):
-            value = stripped.split(":", 1)[1].strip()
-            node = int(value) if re.fullmatch(r"-?\d+", value) and int(value) >= 0 else None
-            return (_NUMA, line, node)
-        if stripped.startswith("Physical Slot:"):
-            return (_SLOT, line, stripped.split(":", 1)[1].strip() or None)
-        if stripped.startswith("Capabilities: <access denied>"):
-            return (_DENIED, line)
-        if stripped.startswith(("IOMMU group", "Flags:")):
-            group = _IOMMU_GROUP_RE.search(stripped)
-            return (_IOMMU, line, int(group.group("group")) if group else None)
-        if stripped.startswith("Capabilities:"):
-            express = _EXPRESS_RE.search(stripped)
-            return (_CAPS, line, express.group("type").strip() if express else None,
-                    "Access Control Services" in stripped)
-        return (_SKIP,)
-
     def _handlers(self) -> tuple:
-        """The `_on_*` step of each action code, by code."""
-        return (None, self._on_close, self._on_exact, self._on_driver, self._on_caps, self._on_numa, self._on_bus,
-                self._on_lnkcap, self._on_lnksta, self._on_lnkcap2, self._on_lnkctl2, self._on_acs, self._on_denied,
-                self._on_slot, self._on_iommu)
+        """The `_on_*` step of each action code, indexed by code (None for SKIP)."""
+        steps = {CLOSE: self._on_close, EXACT: self._on_exact, DRIVER: self._on_driver, CAPS: self._on_caps,
+                 NUMA: self._on_numa, BUS: self._on_bus, LNKCAP: self._on_lnkcap, LNKSTA: self._on_lnksta,
+                 LNKCAP2: self._on_lnkcap2, LNKCTL2: self._on_lnkctl2, ACS: self._on_acs, DENIED: self._on_denied,
+                 SLOT: self._on_slot, IOMMU: self._on_iommu}
+        return tuple(steps.get(code) for code in range(max(steps) + 1))
 
     # Each `_on_*` has the effect `_line` has on a line of its kind, step for step. `_add` stands
     # for `PciDevice.add_source`: a line's reference is new and offered once per device, so it is
@@ -506,7 +338,7 @@ class _Parser:
         if not line.strip():
             self._close(complete=True)
             return
-        if not line[0].isspace() and not line.startswith(_KEY_PREFIXES):
+        if not line[0].isspace() and not line.startswith(KEY_PREFIXES):
             found = header(line)
             if found is not None:
                 self._close(complete=True)
@@ -515,7 +347,7 @@ class _Parser:
             if prompt_command(line) is not None:
                 self._close(complete=True)
             return  # prose, `....` cuts, separators: not part of any device
-        if _INTERESTING_RE.match(line) is None:
+        if INTERESTING_RE.match(line) is None:
             return  # most of a block (DevCap, AER masks, MSI...) says nothing k3diag uses
         stripped = line.strip()
         ref = SourceRef(self.input_name, line_no, line)
@@ -588,7 +420,7 @@ class _Parser:
                     self.current.add_source(ref)
                 self.current_complete = True
             return
-        if stripped.startswith(_KEY_PREFIXES):
+        if stripped.startswith(KEY_PREFIXES):
             self._key_line(stripped, ref)
             return
         device = self.current
@@ -611,21 +443,21 @@ class _Parser:
                 device.add_source(ref)
         elif stripped.startswith("Capabilities:"):
             self.saw_caps = True
-            express = _EXPRESS_RE.search(stripped)
+            express = EXPRESS_RE.search(stripped)
             if express and device.port_type is None:
                 device.port_type = express.group("type").strip()
                 device.add_source(ref)
             if "Access Control Services" in stripped:
                 self.acs_listed = True
         elif stripped.startswith(("IOMMU group", "Flags:")):
-            group = _IOMMU_GROUP_RE.search(stripped)
+            group = IOMMU_GROUP_RE.search(stripped)
             if group:
                 device.iommu_group = int(group.group("group"))
 
     def _key_line(self, stripped: str, ref: SourceRef) -> None:
         key = stripped.split(":", 1)[0]
         if stripped.startswith("Bus: primary="):
-            match = _BUS_RE.match(stripped)
+            match = BUS_RE.match(stripped)
             device = self._device_for("Bus", ref)
             if match:
                 device.primary_bus = int(match.group("primary"), 16)
@@ -636,10 +468,10 @@ class _Parser:
             return
         device = self._device_for(key, ref)
         if key == "LnkCap":
-            match = _LNKCAP_RE.match(stripped)
+            match = LNKCAP_RE.match(stripped)
             link = device.link or PciLink()
             if match:
-                link.cap_speed_gts = _speed(match.group("speed"))
+                link.cap_speed_gts = speed(match.group("speed"))
                 link.cap_width = int(match.group("width"))
                 if match.group("port"):
                     link.port_number = int(match.group("port"))
@@ -648,15 +480,15 @@ class _Parser:
             device.add_source(ref)
         elif key == "LnkSta":
             link = device.link or PciLink()
-            match = _LNKSTA_RE.match(stripped)
+            match = LNKSTA_RE.match(stripped)
             if match:
-                link.sta_speed_gts = _speed(match.group("speed"))
+                link.sta_speed_gts = speed(match.group("speed"))
                 link.sta_width = int(match.group("width"))
                 if match.group("smark"):
                     link.speed_downgraded = match.group("smark") == "downgraded"
                 if match.group("wmark"):
                     link.width_downgraded = match.group("wmark") == "downgraded"
-            elif _LNKSTA_UNKNOWN_RE.match(stripped):
+            elif LNKSTA_UNKNOWN_RE.match(stripped):
                 width = re.search(r"Width x(\d+)", stripped)
                 link.sta_width = int(width.group(1)) if width else None
             else:
@@ -665,29 +497,29 @@ class _Parser:
             device.link = link
             device.add_source(ref)
         elif key == "LnkCap2":
-            match = _LNKCAP2_RE.match(stripped)
+            match = LNKCAP2_RE.match(stripped)
             if match:
                 link = device.link or PciLink()
-                link.supported_max_speed_gts = _speed(match.group("max"))
+                link.supported_max_speed_gts = speed(match.group("max"))
                 device.link = link
         elif key == "LnkCtl2":
-            match = _LNKCTL2_RE.match(stripped)
+            match = LNKCTL2_RE.match(stripped)
             if match:
                 link = device.link or PciLink()
-                link.target_speed_gts = _speed(match.group("speed"))
+                link.target_speed_gts = speed(match.group("speed"))
                 device.link = link
                 device.add_source(ref)
         elif key in ("ACSCap", "ACSCtl"):
-            match = _ACS_RE.match(stripped)
-            self._acs(device, key, _flags(match.group("flags") if match else ""), ref)
+            match = ACS_RE.match(stripped)
+            self._acs(device, key, flags(match.group("flags") if match else ""), ref)
 
     def _acs(self, device: PciDevice, key: str, flags: dict[str, bool], ref: SourceRef, fresh: bool = False) -> None:
         # A terminal or a chat window can wrap the line: `UpstreamFwd+ \nEgressCtrl- DirectTrans-`.
         if len(flags) < 7:
             following = self._following()
             following = following.strip() if following is not None else ""
-            if following and all(_FLAG_RE.fullmatch(token) for token in following.split()):
-                flags.update(_flags(following))
+            if following and all(FLAG_RE.fullmatch(token) for token in following.split()):
+                flags.update(flags(following))
         acs = device.acs or Acs()
         if key == "ACSCap":
             acs.cap = flags
@@ -739,17 +571,3 @@ def _already_has(device: PciDevice, key: str) -> bool:
     if key == "Bus":
         return device.secondary_bus is not None
     return False
-
-
-def _flags(text: str) -> dict[str, bool]:
-    return {match.group("name"): match.group("value") == "+" for match in _FLAG_RE.finditer(text)}
-
-
-def _speed(text: str | None) -> float | None:
-    if text is None or text.lower() == "unknown":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value <= 256 else None
