@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from k3diag.advise.memo import remembered
+
 # Dtype groups a model assigns storage formats to.
 DTYPE_GROUPS: tuple[str, ...] = (
     "embeddings",
@@ -85,11 +87,22 @@ class Architecture:
 
     @property
     def _linear_set(self) -> frozenset[int]:
-        return frozenset(self.linear_layers)
+        return self._layer_set("linear_layers")
 
     @property
     def _dense_set(self) -> frozenset[int]:
-        return frozenset(self.dense_layers)
+        return self._layer_set("dense_layers")
+
+    def _layer_set(self, name: str) -> frozenset[int]:
+        """The layers of a schedule as a set, built once per tuple: the planner asks `is_linear` and
+        `is_moe` hundreds of thousands of times. Kept outside the dataclass fields (equality, repr
+        and `replace` ignore it) and rebuilt when the field is given another tuple."""
+        layers = getattr(self, name)
+        cached = self.__dict__.get("_sets_" + name)
+        if cached is None or cached[0] is not layers:
+            cached = (layers, frozenset(layers))
+            self.__dict__["_sets_" + name] = cached
+        return cached[1]
 
     @property
     def is_moe_model(self) -> bool:
@@ -257,7 +270,13 @@ def _ffn_items(a: Architecture, moe: bool) -> list[TensorItem]:
 
 
 def layer_items(a: Architecture, layer: int) -> list[TensorItem]:
-    attention, ffn = a.layer_kind(layer)
+    """The tensors of one layer: the same for every layer of a kind (remembered per kind)."""
+    kind = a.layer_kind(layer)
+    return list(remembered("layer_items", a, kind, lambda: _kind_items(a, kind)))
+
+
+def _kind_items(a: Architecture, kind: tuple[str, str]) -> list[TensorItem]:
+    attention, ffn = kind
     if attention == "linear":
         items = _kda_items(a)
     elif attention == "mla":

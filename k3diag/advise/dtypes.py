@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,9 @@ def canonical_dtype(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=512)
 def bytes_per_param(name: str) -> float:
+    """Storage bytes per parameter of a format (a pure function of the name: asked ~30,000 times per plan)."""
     canonical = canonical_dtype(name)
     if canonical is None:
         raise KeyError(name)

@@ -24,6 +24,7 @@ from k3diag.advise.architecture import (
     layer_items,
 )
 from k3diag.advise.dtypes import bytes_per_param
+from k3diag.advise.memo import memoized, remembered
 
 GIB = float(1 << 30)
 
@@ -202,8 +203,7 @@ def item_dtype(item: TensorItem, spec: ModelSpec) -> str:
 def stage_items(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, int]) -> list[tuple[TensorItem, int]]:
     """(item, count) for everything stage `stage` holds; layers of one kind are counted, not listed."""
     a = spec.arch
-    kinds = Counter(a.layer_kind(i) for i in range(*bounds))
-    representative = {a.layer_kind(i): i for i in range(*bounds)}
+    kinds, representative = remembered("layer_kinds", a, bounds, lambda: _layer_kinds(a, bounds))
     items: list[tuple[TensorItem, int]] = []
     for kind, count in kinds.items():
         items.extend((item, count) for item in layer_items(a, representative[kind]))
@@ -218,15 +218,39 @@ def stage_items(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, 
     return items
 
 
+def memoized_ledgers():
+    """A block within which each distinct stage's weight lines (and the tensors of each layer kind,
+    the bytes a token reads) are computed once; see `k3diag.advise.memo`."""
+    return memoized()
+
+
+def _layer_kinds(a, bounds: tuple[int, int]) -> tuple[Counter, dict]:
+    """How many layers of each kind the range holds, and the last layer of each kind."""
+    return Counter(a.layer_kind(i) for i in range(*bounds)), {a.layer_kind(i): i for i in range(*bounds)}
+
+
 def _weight_lines(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, int]) -> list[LedgerLine]:
+    # They depend on the model, TP, EP, PP, the stage and its layers; not on DP, memory or context.
+    return list(remembered("weight_lines", spec, (layout.tp, layout.ep, layout.pp, stage, bounds),
+                           lambda: _compute_weight_lines(spec, layout, stage, bounds)))
+
+
+def _compute_weight_lines(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, int]) -> list[LedgerLine]:
     grouped: dict[tuple[str, str], list[float]] = {}
     formats: dict[tuple[str, str], list[str]] = {}
+    # What a tensor's format and split are depends on the model, TP and EP only: asked once per tensor.
+    facts: dict[TensorItem, tuple[str, tuple[str, str], float, float]] = remembered(
+        "item_facts", spec, (layout.tp, layout.ep), dict)
     for item, count in stage_items(spec, layout, stage, bounds):
-        dtype = item_dtype(item, spec)
-        key = (item.label, shard_text(item, spec, layout))
+        known = facts.get(item)
+        if known is None:
+            dtype = item_dtype(item, spec)
+            known = facts[item] = (dtype, (item.label, shard_text(item, spec, layout)), bytes_per_param(dtype),
+                                   shard_fraction(item, spec, layout))
+        dtype, key, per_param, fraction = known
         acc = grouped.setdefault(key, [0.0, 0.0])
         acc[0] += item.params * count
-        acc[1] += item.params * count * bytes_per_param(dtype) * shard_fraction(item, spec, layout)
+        acc[1] += item.params * count * per_param * fraction
         if dtype not in formats.setdefault(key, []):
             formats[key].append(dtype)
     lines = []
@@ -239,6 +263,12 @@ def _weight_lines(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int
 
 def _state(spec: ModelSpec, layout: Layout, bounds: tuple[int, int], context: int) -> tuple[list[LedgerLine], float, float]:
     """Per-sequence state lines at `context`, bytes per token, fixed bytes per sequence."""
+    lines, per_token, fixed = remembered("state", spec, (layout.tp, bounds, context),
+                                         lambda: _compute_state(spec, layout, bounds, context))
+    return list(lines), per_token, fixed
+
+
+def _compute_state(spec: ModelSpec, layout: Layout, bounds: tuple[int, int], context: int) -> tuple[list[LedgerLine], float, float]:
     a = spec.arch
     tp = layout.tp
     kv_bytes = bytes_per_param(spec.kv_cache_dtype)

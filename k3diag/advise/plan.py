@@ -23,7 +23,7 @@ from k3diag.advise.layouts import (
     make_placement,
     planner_groups,
 )
-from k3diag.advise.memory import GIB, Layout, ReserveSettings, StageLedger, stage_ledgers, worst_stage
+from k3diag.advise.memory import GIB, Layout, ReserveSettings, StageLedger, memoized_ledgers, stage_ledgers, worst_stage
 from k3diag.advise.roofline import Roofline, decode_roofline, weights_read_per_token_bytes
 from k3diag.advise.training import TrainingPlan, TrainSettings, training_plan
 
@@ -228,6 +228,10 @@ class AdvicePlan:
         return cs
 
     def to_json(self) -> dict:
+        with memoized_ledgers():  # the totals below walk every layer of the model several times
+            return self._to_json()
+
+    def _to_json(self) -> dict:
         a = self.model.arch
         ordered = self.by_latency + [r for r in self.results if r not in self.by_latency]
         weights_total = sum(s.weights_gib for s in stage_ledgers(self.model, Layout(1, 1, 1, 1), 1e9, 1, ReserveSettings()))
@@ -475,6 +479,25 @@ def advise(
     dp: int | None = None,
     batch: int = 1,
     train: TrainSettings | None = None,
+) -> AdvicePlan:
+    """Every layout of `model` on `hardware`, ranked, with the ledger of each (see docs/advise.md)."""
+    with memoized_ledgers():  # the suggestions re-ask the same stages for many layouts and counts
+        return _advise(model, hardware, context=context, reserve=reserve, tp=tp, pp=pp, ep=ep, dp=dp, batch=batch,
+                       train=train)
+
+
+def _advise(
+    model: ModelSpec,
+    hardware: Hardware,
+    *,
+    context: int | None,
+    reserve: ReserveSettings | None,
+    tp: int | None,
+    pp: int | None,
+    ep: int | None,
+    dp: int | None,
+    batch: int,
+    train: TrainSettings | None,
 ) -> AdvicePlan:
     arch = model.arch
     reserve = reserve or ReserveSettings()

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 from k3diag.advise.architecture import EXPERTS, ModelSpec, embedding_items, head_items, layer_items
 from k3diag.advise.dtypes import bytes_per_param
+from k3diag.advise.memo import remembered
 from k3diag.advise.links import LinkInfo
 from k3diag.advise.memory import Layout, StageLedger, item_dtype, shard_fraction, stage_items
 
@@ -131,6 +132,10 @@ class Roofline:
 
 def weights_read_per_token_bytes(spec: ModelSpec) -> float:
     """Bytes of weights one token reads at batch 1 on one GPU holding everything (no replication)."""
+    return remembered("weights_read_per_token", spec, (), lambda: _weights_read_per_token_bytes(spec))
+
+
+def _weights_read_per_token_bytes(spec: ModelSpec) -> float:
     a = spec.arch
     total = 0.0
     for i in range(a.num_layers):

@@ -205,6 +205,7 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
     try:
         from k3diag.advise import plan as plan_module
         from k3diag.advise.catalog import find_model
+        from k3diag.advise.memory import memoized_ledgers
     except Exception as exc:
         return None, f"the advise package is not available ({type(exc).__name__}: {exc})"
     try:
@@ -213,8 +214,9 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
         return None, str(exc).rstrip(".")
     try:
         hardware = plan_module.hardware_from_machine(ctx.machine, ctx.source)
-        plan = plan_module.advise(spec, hardware)
-        shape = plan.to_json()
+        with memoized_ledgers():  # the plan and its JSON ask for the same ledgers
+            plan = plan_module.advise(spec, hardware)
+            shape = plan.to_json()
     except Exception as exc:  # AdviceError says what is missing (no GPUs, GPU not in the catalog)
         return None, f"advise could not plan ({type(exc).__name__}: {exc})"
     if not isinstance(shape, dict):

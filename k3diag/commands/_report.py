@@ -25,18 +25,24 @@ def parse_tp_sizes(values: list[int] | None) -> list[int] | None:
     return sorted(set(values))
 
 
+def check_json_indent(value: int | None) -> int | None:
+    if value is not None and not 0 <= value <= 8:
+        raise typer.BadParameter("must be between 0 and 8 spaces")
+    return value
+
+
 def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None,
-                details: bool = False) -> int:
+                details: bool = False, json_indent: int | None = None) -> int:
     from k3diag.analyze.pipeline import analyze_machine
     from k3diag.analyze.verdict import exit_code_for
 
     analysis = analyze_machine(machine, tp_sizes)
     code = exit_code_for(machine, analysis.findings, fail_on)
     if as_json:
-        from k3diag.render.json_report import build_report, dumps
+        from k3diag.render.json_report import build_report, write
 
         report = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
-        sys.stdout.write(dumps(report) + "\n")
+        write(report, sys.stdout, json_indent)
     else:
         from k3diag.render.terminal import make_console, render
 
@@ -49,10 +55,10 @@ def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list
 
 
 def emit_machines_report(machines, as_json: bool, fail_on: str, title: str, tp_sizes: list[int] | None,
-                         details: bool = False) -> int:
+                         details: bool = False, json_indent: int | None = None) -> int:
     """One machine: `emit_report`. Several: each analyzed and reported on its own (never one joint verdict)."""
     if not machines.several:
-        return emit_report(machines.machines[0], as_json, fail_on, title, tp_sizes, details)
+        return emit_report(machines.machines[0], as_json, fail_on, title, tp_sizes, details, json_indent)
     from k3diag.analyze.machines import analyze_machines, combined_exit_code, several_machines_finding
     from k3diag.analyze.verdict import exit_code_for
 
@@ -61,10 +67,10 @@ def emit_machines_report(machines, as_json: bool, fail_on: str, title: str, tp_s
     code = combined_exit_code(codes, fail_on)
     finding = several_machines_finding(machines)
     if as_json:
-        from k3diag.render.json_report import dumps
+        from k3diag.render.json_report import write
         from k3diag.render.machines import build_machines_report
 
-        sys.stdout.write(dumps(build_machines_report(machines, analyses, codes, finding, code)) + "\n")
+        write(build_machines_report(machines, analyses, codes, finding, code), sys.stdout, json_indent)
     else:
         from k3diag.render.machines import render_machines
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from k3diag.commands._report import check_fail_on, emit_report, parse_tp_sizes
+from k3diag.commands._report import check_fail_on, check_json_indent, emit_report, parse_tp_sizes
 
 
 def register(app: typer.Typer) -> None:
@@ -15,6 +15,8 @@ def register(app: typer.Typer) -> None:
     def topo(
         from_paths: Optional[List[Path]] = typer.Option(None, "--from", help="Read saved evidence instead of this host (repeatable)."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report (schema k3diag.report/1) instead of tables."),
+        json_indent: Optional[int] = typer.Option(None, "--json-indent", callback=check_json_indent, metavar="N",
+                                                  help="Indent the JSON report N spaces (default: compact, one line)."),
         fail_on: str = typer.Option("warn", "--fail-on", callback=check_fail_on,
                                     help="Exit non-zero on: fail (failures only), warn (warnings too), never."),
         tp: Optional[List[int]] = typer.Option(None, "--tp", help="Also plan TP groups of this size (repeatable)."),
@@ -34,4 +36,5 @@ def register(app: typer.Typer) -> None:
 
             machine, _ = load_live_machine(root=root, timeout_s=timeout, texts="missing")
             title = f"k3diag topo: live host {machine.host.hostname or ''}".rstrip()
-        raise typer.Exit(emit_report(machine, as_json, fail_on, title, parse_tp_sizes(tp), details))
+        raise typer.Exit(emit_report(machine, as_json or json_indent is not None, fail_on, title, parse_tp_sizes(tp),
+                                     details, json_indent))

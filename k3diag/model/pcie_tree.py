@@ -80,6 +80,7 @@ class PcieTree:
                 self._by_secondary.setdefault((device.domain, device.secondary_bus), []).append(device)
         self._parents: dict[str, str | None] = {}
         self._roles: dict[str, str | None] = {}
+        self._children: dict[str, set[str]] | None = None  # parent bdf -> child bdfs, built on first use
 
     # -- structure ----------------------------------------------------------------
     def device(self, bdf: str | None) -> PciDevice | None:
@@ -106,6 +107,20 @@ class PcieTree:
             parent = None
         self._parents[bdf] = parent
         return parent
+
+    def children(self, bdf: str) -> set[str]:
+        """The devices whose parent is `bdf` (every device's parent is looked up once, then indexed)."""
+        if self._children is None:
+            index: dict[str, set[str]] = {}
+            for name in self.devices:
+                parent = self.parent(name)
+                if parent is not None:
+                    index.setdefault(parent, set()).add(name)
+            self._children = index
+        return self._children.get(bdf, set())
+
+    def has_children(self, bdf: str) -> bool:
+        return bool(self.children(bdf))
 
     def ancestors(self, bdf: str) -> list[str]:
         """Bridges above the device, nearest first (cycle-safe)."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Any
+from functools import cache
+from typing import Any, Callable, TextIO
 
 from k3diag import __version__
 from k3diag.analyze.finding import Finding
@@ -126,8 +127,52 @@ def _fabric(machine: Machine) -> dict | None:
     return data
 
 
-def dumps(report: dict) -> str:
-    return json.dumps(report, indent=2, sort_keys=False, default=_default)
+def dumps(report: dict, indent: int | None = 2) -> str:
+    """The report as one string (tests, small reports); the CLI streams it with `write`."""
+    return json.dumps(report, indent=indent, sort_keys=False, default=_default)
+
+
+# Lists longer than this are written one element at a time, so the text of a 5,000-device PCI
+# list or of thousands of NCCL communicators never exists at once; shorter values are encoded
+# whole by the C encoder, which is several times faster than `json.dump`'s pure-Python one.
+_STREAM_ITEMS = 64
+
+
+def write(report: dict, out: TextIO, indent: int | None = None) -> None:
+    """Write the report to `out` as it is encoded, then a newline.
+
+    Compact by default (no spaces, one line: what scripts read, and the smallest); `indent`
+    indents it for people (`--json-indent 2`), with the standard library's streaming encoder.
+    Either way the same document: `json.loads` of both gives equal values."""
+    if indent is not None:
+        json.dump(report, out, indent=indent, sort_keys=False, default=_default)
+    else:
+        _write_compact(report, out, depth=0)
+    out.write("\n")
+
+
+def _write_compact(value: Any, out: TextIO, depth: int) -> None:
+    encode = _compact_encoder()
+    if isinstance(value, dict) and depth < 3 and all(isinstance(key, str) for key in value):
+        out.write("{")
+        for index, (key, item) in enumerate(value.items()):
+            out.write(("," if index else "") + encode(key) + ":")
+            _write_compact(item, out, depth + 1)
+        out.write("}")
+    elif isinstance(value, list) and len(value) > _STREAM_ITEMS and depth < 3:
+        out.write("[")
+        for index, item in enumerate(value):
+            if index:
+                out.write(",")
+            _write_compact(item, out, depth + 1)
+        out.write("]")
+    else:
+        out.write(encode(value))
+
+
+@cache
+def _compact_encoder() -> Callable[[Any], str]:
+    return json.JSONEncoder(separators=(",", ":"), default=_default).encode
 
 
 def _default(value: Any) -> Any:

@@ -214,7 +214,7 @@ def _other_narrow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> 
         link = device.link
         if not link.width_downgraded or not link.sta_width:
             continue
-        if device.bdf is not None and device.is_bridge and _has_children(tree, device.bdf):
+        if device.bdf is not None and device.is_bridge and tree.has_children(device.bdf):
             continue  # the device below the bridge tells the story of this link
         hits.append(device)
     if not hits:
@@ -238,10 +238,6 @@ def _other_narrow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> 
         confirm_with="sudo lspci -vv | grep -E '^[0-9a-f]|LnkCap:|LnkSta:'",
         data={"devices": [d.bdf for d in hits]},
     )
-
-
-def _has_children(tree: PcieTree, bdf: str) -> bool:
-    return any(tree.parent(other) == bdf for other in tree.devices if other != bdf)
 
 
 def _name(device: PciDevice) -> str:
@@ -347,7 +343,7 @@ def _other_slow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> Fi
             continue
         if device.link.sta_width == 0:
             continue  # an empty slot or a link that is down: not a speed question
-        if device.bdf is not None and device.is_bridge and _has_children(tree, device.bdf):
+        if device.bdf is not None and device.is_bridge and tree.has_children(device.bdf):
             continue
         hits.append(device)
     if not hits:

@@ -1,0 +1,76 @@
+"""The JSON report is written as it is encoded: compact by default, indented on request, same document."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k3diag.analyze.pipeline import analyze_machine
+from k3diag.inputs import load_machine
+from k3diag.model.pci import PciDevice
+from k3diag.render import json_report
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "k3diag" / "data" / "examples" / "dual-socket-8gpu-pcie"
+
+
+def _report(paths: list[Path]) -> dict:
+    machine, _ = load_machine(paths)
+    analysis = analyze_machine(machine)
+    return json_report.build_report(machine, analysis.findings, analysis.recommendation,
+                                    analysis.verdict.to_json(), 1)
+
+
+def test_streamed_compact_report_is_the_same_document_as_the_indented_one() -> None:
+    report = _report([EXAMPLE])
+    out = io.StringIO()
+    json_report.write(report, out)
+    text = out.getvalue()
+    assert text.endswith("\n") and text.count("\n") == 1  # one line
+    assert json.loads(text) == json.loads(json_report.dumps(report))
+    assert json.loads(text)["schema"] == "k3diag.report/1"
+    assert '", "' not in text[:200] and '": ' not in text[:200]  # no padding spaces
+
+
+def test_long_lists_and_odd_values_stream_element_by_element_to_the_same_values() -> None:
+    report = {"schema": "x", "pci": [PciDevice(bdf=f"0000:{i:02x}:00.0") for i in range(200)],
+              "nested": {"runs": [{"n": i, "tags": {"b", "a"} if i == 3 else (1, 2)} for i in range(100)]},
+              "numbers": {1: "int key", "nan": float("inf")}, "text": "ü\u2028"}
+    out = io.StringIO()
+    json_report.write(report, out)
+    assert json.loads(out.getvalue()) == json.loads(json_report.dumps(report))
+    assert json.loads(out.getvalue())["pci"][199]["bdf"] == "0000:c7:00.0"
+
+
+def test_indent_option_writes_the_report_for_people() -> None:
+    report = _report([EXAMPLE])
+    out = io.StringIO()
+    json_report.write(report, out, indent=2)
+    assert out.getvalue().startswith('{\n  "schema": "k3diag.report/1"')
+    assert json.loads(out.getvalue()) == json.loads(json_report.dumps(report))
+
+
+@pytest.mark.parametrize("flags, lines", [(["--json"], 1), (["--json-indent", "2"], None)])
+def test_cli_json_is_compact_unless_indent_is_asked(flags: list[str], lines: int | None) -> None:
+    done = subprocess.run([sys.executable, "-m", "k3diag", "analyze", str(EXAMPLE), *flags, "--fail-on", "never"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["schema"] == "k3diag.report/1" and report["topology"]["gpus"]
+    if lines is not None:
+        assert done.stdout.count("\n") == lines
+    else:
+        assert done.stdout.count("\n") > 100 and '\n  "tool": {' in done.stdout
+
+
+def test_cli_refuses_an_absurd_indent() -> None:
+    done = subprocess.run([sys.executable, "-m", "k3diag", "analyze", str(EXAMPLE), "--json-indent", "99"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2 and "between 0 and 8" in done.stderr
