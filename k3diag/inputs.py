@@ -128,7 +128,33 @@ def _stream_evidence(name: str, data: bytes, cut: bool) -> Evidence:
     return item
 
 
+# What the first bytes of a bundle archive can be (`k3diag.bundle.looks_like_bundle` decides):
+# gzip, bzip2 or xz, or a tar header (`ustar`, or a v7 header's octal checksum field).
+_BUNDLE_MAGICS = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+_TAR_BLOCK = 512
+
+
+def _may_be_bundle(path: Path) -> bool:
+    """False when the first bytes rule a bundle out, so that `k3diag.bundle` (tarfile, lzma, bz2...)
+    is imported only for inputs that could be one: most inputs are a text file or two."""
+    try:
+        if path.is_dir():
+            return (path / "manifest.json").is_file()
+        if not path.is_file():
+            return False  # a FIFO or stdin is read once, as evidence
+        with path.open("rb") as handle:
+            head = handle.read(_TAR_BLOCK)
+    except OSError:
+        return False
+    if head.startswith(_BUNDLE_MAGICS):
+        return True
+    checksum = head[148:156].replace(b"\x00", b" ").strip()
+    return len(head) == _TAR_BLOCK and (head[257:262] == b"ustar" or bool(checksum) and checksum.isdigit())
+
+
 def _is_bundle(path: Path) -> bool:
+    if not _may_be_bundle(path):
+        return False
     try:
         from k3diag.bundle import looks_like_bundle
     except ModuleNotFoundError:

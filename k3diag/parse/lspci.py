@@ -47,9 +47,9 @@ from k3diag.parse.lspci_lines import (
     NUMA,
     SLOT,
     classify,
-    flags,
+    parse_flags,
+    parse_speed,
     sniff,
-    speed,
 )
 from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
 
@@ -471,7 +471,7 @@ class _Parser:
             match = LNKCAP_RE.match(stripped)
             link = device.link or PciLink()
             if match:
-                link.cap_speed_gts = speed(match.group("speed"))
+                link.cap_speed_gts = parse_speed(match.group("speed"))
                 link.cap_width = int(match.group("width"))
                 if match.group("port"):
                     link.port_number = int(match.group("port"))
@@ -482,7 +482,7 @@ class _Parser:
             link = device.link or PciLink()
             match = LNKSTA_RE.match(stripped)
             if match:
-                link.sta_speed_gts = speed(match.group("speed"))
+                link.sta_speed_gts = parse_speed(match.group("speed"))
                 link.sta_width = int(match.group("width"))
                 if match.group("smark"):
                     link.speed_downgraded = match.group("smark") == "downgraded"
@@ -500,18 +500,18 @@ class _Parser:
             match = LNKCAP2_RE.match(stripped)
             if match:
                 link = device.link or PciLink()
-                link.supported_max_speed_gts = speed(match.group("max"))
+                link.supported_max_speed_gts = parse_speed(match.group("max"))
                 device.link = link
         elif key == "LnkCtl2":
             match = LNKCTL2_RE.match(stripped)
             if match:
                 link = device.link or PciLink()
-                link.target_speed_gts = speed(match.group("speed"))
+                link.target_speed_gts = parse_speed(match.group("speed"))
                 device.link = link
                 device.add_source(ref)
         elif key in ("ACSCap", "ACSCtl"):
             match = ACS_RE.match(stripped)
-            self._acs(device, key, flags(match.group("flags") if match else ""), ref)
+            self._acs(device, key, parse_flags(match.group("flags") if match else ""), ref)
 
     def _acs(self, device: PciDevice, key: str, flags: dict[str, bool], ref: SourceRef, fresh: bool = False) -> None:
         # A terminal or a chat window can wrap the line: `UpstreamFwd+ \nEgressCtrl- DirectTrans-`.
@@ -519,7 +519,7 @@ class _Parser:
             following = self._following()
             following = following.strip() if following is not None else ""
             if following and all(FLAG_RE.fullmatch(token) for token in following.split()):
-                flags.update(flags(following))
+                flags.update(parse_flags(following))
         acs = device.acs or Acs()
         if key == "ACSCap":
             acs.cap = flags

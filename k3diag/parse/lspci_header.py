@@ -12,6 +12,7 @@ import re
 from functools import lru_cache
 
 from k3diag.parse.ids import normalize_bdf
+from k3diag.parse.lazy_re import lazy
 
 # Class names from pciutils' pci.ids `C` section (the ones seen on servers).
 CLASS_CODES: dict[str, int] = {
@@ -101,13 +102,13 @@ def vendor_for(description: str | None) -> str | None:
 
 
 _BDF = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-_HEADER_RE = re.compile(rf"(?:^|(?<=\s))(?P<bdf>{_BDF})(?:\s+(?P<rest>\S.*))?$")
+_HEADER_RE = lazy(rf"(?:^|(?<=\s))(?P<bdf>{_BDF})(?:\s+(?P<rest>\S.*))?$")
 # `3D controller [0302]: NVIDIA ...`; the class name has no colon.
-_CLASS_RE = re.compile(r"^(?P<class>[A-Za-z0-9][^:\[\]]*?)(?: \[(?P<code>[0-9a-fA-F]{4})\])?: (?P<desc>.*)$")
+_CLASS_RE = lazy(r"^(?P<class>[A-Za-z0-9][^:\[\]]*?)(?: \[(?P<code>[0-9a-fA-F]{4})\])?: (?P<desc>.*)$")
 # `lspci -n`: `21:04.0 0604: 1022:57a3 (prog-if 00 [Normal decode])`
-_NUMERIC_RE = re.compile(r"^(?P<code>[0-9a-fA-F]{4}): (?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})(?P<desc>.*)$")
-_IDS_RE = re.compile(r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
-_SUFFIX_RE = re.compile(r"\s*\((?:rev [0-9a-fA-F]+|prog-if [^)]*)\)\s*$")
+_NUMERIC_RE = lazy(r"^(?P<code>[0-9a-fA-F]{4}): (?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})(?P<desc>.*)$")
+_IDS_RE = lazy(r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
+_SUFFIX_RE = lazy(r"\s*\((?:rev [0-9a-fA-F]+|prog-if [^)]*)\)\s*$")
 
 def header(line: str) -> dict | None:
     """The fields of a device header line, or None when the line is not one."""
@@ -136,8 +137,8 @@ def leading_header(line: str) -> tuple[str, dict] | None | bool:
     return fast_bdf(match.group("bdf")), fields
 
 
-_CANONICAL_BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_SHORT_BDF_RE = re.compile(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_CANONICAL_BDF_RE = lazy(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_SHORT_BDF_RE = lazy(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 def fast_bdf(text: str) -> str:
@@ -194,7 +195,7 @@ def _candidate(prefixed: bool, rest: str) -> dict | None:
     }
 
 
-_CLASS_NAME_RE = re.compile(r"[A-Za-z0-9][\w ./&+-]{1,60}")
+_CLASS_NAME_RE = lazy(r"[A-Za-z0-9][\w ./&+-]{1,60}")
 
 
 def _clean(desc: str) -> str:

@@ -9,31 +9,32 @@ from __future__ import annotations
 
 import re
 
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.lspci_header import header, leading_header
 from k3diag.parse.text import prompt_command
 
 _SPEED = r"(?P<{name}>[0-9.]+|unknown|Unknown)\s*GT/s"
-LNKCAP_RE = re.compile(
+LNKCAP_RE = lazy(
     r"^LnkCap:\s*(?:Port #(?P<port>\d+),\s*)?Speed\s+" + _SPEED.format(name="speed") + r"[^,]*,\s*Width x(?P<width>\d+)"
 )
-LNKSTA_RE = re.compile(
+LNKSTA_RE = lazy(
     r"^LnkSta:\s*Speed\s+" + _SPEED.format(name="speed") + r"(?:\s*\((?P<smark>ok|downgraded)\))?"
     r"\s*,\s*Width x(?P<width>\d+)(?:\s*\((?P<wmark>ok|downgraded)\))?"
 )
 # `LnkSta: Speed unknown (downgraded), Width x0 (downgraded)` on a port with nothing behind it
-LNKSTA_UNKNOWN_RE = re.compile(r"^LnkSta:\s*Speed\s+unknown", re.I)
-LNKCAP2_RE = re.compile(r"^LnkCap2:\s*Supported Link Speeds:\s*(?:[0-9.]+-)?(?P<max>[0-9.]+)\s*GT/s")
-LNKCTL2_RE = re.compile(r"^LnkCtl2:\s*Target Link Speed:\s*(?P<speed>[0-9.]+)\s*GT/s")
-ACS_RE = re.compile(r"^ACS(?P<which>Cap|Ctl):\s*(?P<flags>.*)$")
-FLAG_RE = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9]*)(?P<value>[+-])")
-EXPRESS_RE = re.compile(r"Express (?:\(v\d+\) )?(?P<type>[A-Za-z/ -]+?)(?: \(Slot[+-]\))?, (?:MSI|IRQ)")
-BUS_RE = re.compile(
+LNKSTA_UNKNOWN_RE = lazy(r"^LnkSta:\s*Speed\s+unknown", re.I)
+LNKCAP2_RE = lazy(r"^LnkCap2:\s*Supported Link Speeds:\s*(?:[0-9.]+-)?(?P<max>[0-9.]+)\s*GT/s")
+LNKCTL2_RE = lazy(r"^LnkCtl2:\s*Target Link Speed:\s*(?P<speed>[0-9.]+)\s*GT/s")
+ACS_RE = lazy(r"^ACS(?P<which>Cap|Ctl):\s*(?P<flags>.*)$")
+FLAG_RE = lazy(r"(?P<name>[A-Za-z][A-Za-z0-9]*)(?P<value>[+-])")
+EXPRESS_RE = lazy(r"Express (?:\(v\d+\) )?(?P<type>[A-Za-z/ -]+?)(?: \(Slot[+-]\))?, (?:MSI|IRQ)")
+BUS_RE = lazy(
     r"^Bus: primary=(?P<primary>[0-9a-fA-F]{2}), secondary=(?P<secondary>[0-9a-fA-F]{2}), "
     r"subordinate=(?P<subordinate>[0-9a-fA-F]{2})"
 )
-IOMMU_GROUP_RE = re.compile(r"(?:^IOMMU group:\s*|IOMMU group\s+)(?P<group>\d+)")
+IOMMU_GROUP_RE = lazy(r"(?:^IOMMU group:\s*|IOMMU group\s+)(?P<group>\d+)")
 # The body lines worth a closer look; everything else is skipped with one regex match.
-INTERESTING_RE = re.compile(
+INTERESTING_RE = lazy(
     r"\s*(?:Lnk(?:Cap|Sta|Ctl2)|ACSC|Bus: primary|Kernel |NUMA node|Physical Slot|Capabilities|IOMMU group|Flags:)"
 )
 # The lines the bulk parser visits: every line that does not start with a tab (headers, blank
@@ -46,9 +47,9 @@ INTERESTING_RE = re.compile(
 _USED_KEYS = (r"Lnk(?:Cap2?|Sta|Ctl2):|ACSC(?:ap|tl):|Bus: primary=|Kernel (?:driver in use|modules):|NUMA node:"
               r"|Physical Slot:|IOMMU group|Flags:(?=(?:[^I\n]++|I(?!OMMU group))*+I)"
               r"|Capabilities:(?= <access denied>|(?:[^EA\n]++|E(?!xpress )|A(?!ccess Control Services))*+[EA])")
-EVENT_RE = re.compile(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))", re.M)
+EVENT_RE = lazy(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))", re.M)
 # A capability line among those `EVENT_RE` does not visit.
-CAPS_LINE_RE = re.compile(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
+CAPS_LINE_RE = lazy(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
 KEY_PREFIXES = ("LnkCap:", "LnkSta:", "LnkCap2:", "LnkCtl2:", "ACSCap:", "ACSCtl:", "Bus: primary=")
 _SNIFF_KEYS = (
     "LnkCap:", "LnkSta:", "ACSCtl:", "ACSCap:", "Capabilities: [", "Capabilities: <access denied>",
@@ -108,13 +109,13 @@ def _classify_body(stripped: str, line: str, raw: str) -> tuple:
         if key == "LnkCap":
             match = LNKCAP_RE.match(stripped)
             values = None if match is None else (
-                speed(match.group("speed")), int(match.group("width")),
+                parse_speed(match.group("speed")), int(match.group("width")),
                 int(match.group("port")) if match.group("port") else None)
             return (LNKCAP, line, values)
         if key == "LnkSta":
             match = LNKSTA_RE.match(stripped)
             if match:
-                values = ("ok", speed(match.group("speed")), int(match.group("width")), match.group("smark"),
+                values = ("ok", parse_speed(match.group("speed")), int(match.group("width")), match.group("smark"),
                           match.group("wmark"))
             elif LNKSTA_UNKNOWN_RE.match(stripped):
                 width = re.search(r"Width x(\d+)", stripped)
@@ -124,12 +125,12 @@ def _classify_body(stripped: str, line: str, raw: str) -> tuple:
             return (LNKSTA, line, values)
         if key == "LnkCap2":
             match = LNKCAP2_RE.match(stripped)
-            return (LNKCAP2, line, None if match is None else (speed(match.group("max")),))
+            return (LNKCAP2, line, None if match is None else (parse_speed(match.group("max")),))
         if key == "LnkCtl2":
             match = LNKCTL2_RE.match(stripped)
-            return (LNKCTL2, line, None if match is None else (speed(match.group("speed")),))
+            return (LNKCTL2, line, None if match is None else (parse_speed(match.group("speed")),))
         match = ACS_RE.match(stripped)
-        return (ACS, line, key, flags(match.group("flags") if match else ""))
+        return (ACS, line, key, parse_flags(match.group("flags") if match else ""))
     if stripped.startswith("NUMA node:"):
         value = stripped.split(":", 1)[1].strip()
         node = int(value) if re.fullmatch(r"-?\d+", value) and int(value) >= 0 else None
@@ -147,11 +148,11 @@ def _classify_body(stripped: str, line: str, raw: str) -> tuple:
                 "Access Control Services" in stripped)
     return (SKIP,)
 
-def flags(text: str) -> dict[str, bool]:
+def parse_flags(text: str) -> dict[str, bool]:
     return {match.group("name"): match.group("value") == "+" for match in FLAG_RE.finditer(text)}
 
 
-def speed(text: str | None) -> float | None:
+def parse_speed(text: str | None) -> float | None:
     if text is None or text.lower() == "unknown":
         return None
     try:
@@ -208,7 +209,7 @@ _BODY_FIELDS = (
     "AtomicOps", "Compliance De-emphasis", "Transmit Margin", "EmergencyPowerReduction", "10BitTagComp",
     "PTM", "L1Sub", "LaneErrStat", "Dpc", "Caps:", "Arb:", "Ctrl:", "VC0:", "ErrorSrc:",
 )
-_FLAG_TOKEN_RE = re.compile(r"^[A-Za-z][\w/]*[+-],?$")
+_FLAG_TOKEN_RE = lazy(r"^[A-Za-z][\w/]*[+-],?$")
 
 
 def _is_flag_line(stripped: str) -> bool:

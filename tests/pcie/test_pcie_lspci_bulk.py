@@ -142,3 +142,20 @@ def test_lines_too_long_to_read_warn_alike_visited_or_not() -> None:
     result = assert_same(text)
     assert sum("longer than" in warning for warning in result.warnings) == 3
     assert result.devices[0].link.sta_width == 8
+
+
+def test_wrapped_acs_flags_join_the_line_above_in_both_paths() -> None:
+    text = ("0000:80:01.1 PCI bridge: Intel Corporation Device 09ab\n"
+            "\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+\n"
+            "\t\t\tEgressCtrl- DirectTrans-\n")
+    result = assert_same(text)
+    assert result.devices[0].acs.ctl == {"SrcValid": True, "TransBlk": False, "ReqRedir": True, "CmpltRedir": True,
+                                         "UpstreamFwd": True, "EgressCtrl": False, "DirectTrans": False}
+    assert not result.warnings
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([line for line in LINES if "9999" not in line]), max_size=40))
+def test_no_line_of_the_mixtures_breaks_the_parser(lines: list[str]) -> None:
+    result = assert_same("\n".join(lines))
+    assert not [warning for warning in result.warnings if "could not be read" in warning]
