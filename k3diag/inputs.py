@@ -142,7 +142,8 @@ def _may_be_bundle(path: Path) -> bool:
             return (path / "manifest.json").is_file()
         if not path.is_file():
             return False  # a FIFO or stdin is read once, as evidence
-        with path.open("rb") as handle:
+        handle, _ = open_input(path)
+        with handle:
             head = handle.read(_TAR_BLOCK)
     except OSError:
         return False
