@@ -9,6 +9,7 @@ from k3diag.analyze.engine import run_rules
 from k3diag.analyze.finding import Finding
 from k3diag.analyze.verdict import Verdict, decide_verdict
 from k3diag.model.machine import Machine
+from k3diag.model.pcie_tree import shared_trees
 
 
 @dataclass
@@ -20,6 +21,11 @@ class Analysis:
 
 
 def analyze_machine(machine: Machine, tp_sizes: list[int] | None = None) -> Analysis:
+    with shared_trees():  # every rule and the planner read one PCIe tree (5,000 devices: built once)
+        return _analyze(machine, tp_sizes)
+
+
+def _analyze(machine: Machine, tp_sizes: list[int] | None) -> Analysis:
     findings = run_rules(machine)
     recommendation = None
     try:

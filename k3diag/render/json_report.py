@@ -132,10 +132,11 @@ def dumps(report: dict, indent: int | None = 2) -> str:
     return json.dumps(report, indent=indent, sort_keys=False, default=_default)
 
 
-# Lists longer than this are written one element at a time, so the text of a 5,000-device PCI
-# list or of thousands of NCCL communicators never exists at once; shorter values are encoded
-# whole by the C encoder, which is several times faster than `json.dump`'s pure-Python one.
-_STREAM_ITEMS = 64
+# The report is written member by member, and a long list (5,000 PCI devices, thousands of
+# NCCL communicators) in slices of this many elements, each slice encoded by the C encoder in one
+# call: the text of the whole report never exists at once, and the encoder stays the fast one
+# (`json.dump` streams too, but through the pure-Python encoder, several times slower).
+_SLICE = 256
 
 
 def write(report: dict, out: TextIO, indent: int | None = None) -> None:
@@ -153,18 +154,17 @@ def write(report: dict, out: TextIO, indent: int | None = None) -> None:
 
 def _write_compact(value: Any, out: TextIO, depth: int) -> None:
     encode = _compact_encoder()
-    if isinstance(value, dict) and depth < 3 and all(isinstance(key, str) for key in value):
+    if isinstance(value, dict) and depth < 2 and all(isinstance(key, str) for key in value):
         out.write("{")
         for index, (key, item) in enumerate(value.items()):
             out.write(("," if index else "") + encode(key) + ":")
             _write_compact(item, out, depth + 1)
         out.write("}")
-    elif isinstance(value, list) and len(value) > _STREAM_ITEMS and depth < 3:
+    elif isinstance(value, list) and len(value) > _SLICE:
         out.write("[")
-        for index, item in enumerate(value):
-            if index:
-                out.write(",")
-            _write_compact(item, out, depth + 1)
+        for start in range(0, len(value), _SLICE):
+            # `[a,b,c]` without its brackets: the elements of this slice, comma-separated
+            out.write(("," if start else "") + encode(value[start:start + _SLICE])[1:-1])
         out.write("]")
     else:
         out.write(encode(value))

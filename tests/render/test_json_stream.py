@@ -38,13 +38,14 @@ def test_streamed_compact_report_is_the_same_document_as_the_indented_one() -> N
 
 
 def test_long_lists_and_odd_values_stream_element_by_element_to_the_same_values() -> None:
-    report = {"schema": "x", "pci": [PciDevice(bdf=f"0000:{i:02x}:00.0") for i in range(200)],
-              "nested": {"runs": [{"n": i, "tags": {"b", "a"} if i == 3 else (1, 2)} for i in range(100)]},
+    report = {"schema": "x", "pci": [PciDevice(bdf=f"0000:{i // 256:02x}:{i % 32:02x}.{i % 8}") for i in range(600)],
+              "nested": {"runs": [{"n": i, "tags": {"b", "a"} if i == 3 else (1, 2)} for i in range(700)]},
+              "exactly": list(range(512)), "one_more": list(range(257)),
               "numbers": {1: "int key", "nan": float("inf")}, "text": "ü\u2028"}
     out = io.StringIO()
     json_report.write(report, out)
     assert json.loads(out.getvalue()) == json.loads(json_report.dumps(report))
-    assert json.loads(out.getvalue())["pci"][199]["bdf"] == "0000:c7:00.0"
+    assert json.loads(out.getvalue())["pci"][599]["bdf"] == "0000:02:17.7"
 
 
 def test_indent_option_writes_the_report_for_people() -> None:

@@ -1,6 +1,6 @@
 """PCIe findings: the hop that limits each GPU's and NIC's link, ACS redirect between devices
-that talk peer-to-peer, ACS state that could not be read, GPU-NIC distance, and the PCIe tree
-disagreeing with `nvidia-smi topo -m`.
+that talk peer-to-peer, ACS state that could not be read (`rules/pcie_acs.py`), GPU-NIC
+distance, and the PCIe tree disagreeing with `nvidia-smi topo -m`.
 
 All of them read the PCIe tree (`k3diag.model.pcie_tree`) built from whatever sources gave
 PCI devices (lspci -vv/-tv, sysfs). GPU-level width/generation findings from nvidia-smi live
@@ -10,80 +10,28 @@ their cause.
 
 from __future__ import annotations
 
-from itertools import combinations
 from typing import Iterable
 
 from k3diag.analyze.finding import Finding, Rule
-from k3diag.model.machine import Machine
-from k3diag.model.pci import (
-    PORT_DOWNSTREAM,
-    PORT_ROOT,
-    PORT_UPSTREAM,
-    PciDevice,
-    format_speed,
-    gen_from_speed,
-    link_gbs,
+from k3diag.analyze.rules.pcie_acs import check_acs_between_gpus, check_acs_enabled, check_acs_gpu_nic, check_acs_unknown
+from k3diag.analyze.rules.pcie_common import (
+    covered_bdfs,
+    device_name,
+    evidence_refs,
+    gpu_busy,
+    judged_endpoints,
+    link_cause,
+    role_words,
 )
+from k3diag.model.machine import Machine
+from k3diag.model.pci import PciDevice, format_speed, gen_from_speed, link_gbs
 from k3diag.model.pcie_tree import Hop, PcieTree, build_tree, gpu_endpoints, nic_endpoints
-from k3diag.model.source import SourceRef
 from k3diag.model.topology import PCIE_PATH_ORDER, nvlink_count
 
 LOAD_RECHECK = ("nvidia-smi --query-gpu=index,pstate,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current "
                 "--format=csv -l 1   # while a job runs; or: sudo lspci -vv -s <bdf> | grep LnkSta")
-IOMMU_CAUSE = "iommu-translated@iommu"
-_ROLE_WORDS = {PORT_ROOT: "root port", PORT_DOWNSTREAM: "switch downstream port", PORT_UPSTREAM: "switch upstream port"}
 # Classes whose narrow or slow link matters for serving: display/3D, network, accelerators.
 _IMPORTANT_CLASSES = (0x03, 0x02, 0x12, 0x0B)
-
-
-# -- shared helpers ---------------------------------------------------------------------
-
-
-def _endpoints(machine: Machine, tree: PcieTree) -> list[tuple[str, str, str]]:
-    """(label, bdf, kind) for GPUs then NICs."""
-    return [(label, bdf, "gpu") for label, bdf in gpu_endpoints(machine, tree)] + [
-        (label, bdf, "nic") for label, bdf in nic_endpoints(machine, tree)
-    ]
-
-
-def _role_words(tree: PcieTree, bdf: str) -> str:
-    return _ROLE_WORDS.get(tree.role(bdf) or "", "bridge")
-
-
-def _refs(*groups: Iterable[SourceRef | None]) -> list[SourceRef]:
-    out: list[SourceRef] = []
-    for group in groups:
-        for ref in group:
-            if ref is not None and ref not in out:
-                out.append(ref)
-    return out
-
-
-def _link_cause(earlier: list[Finding], finding_id: str, subject: str, key: str) -> None:
-    """Mark a GPU-level finding (from nvidia-smi) as explained by a finding here."""
-    for finding in earlier:
-        if finding.id == finding_id and subject in finding.subjects and key not in finding.causes:
-            finding.causes.append(key)
-
-
-def _gpu_busy(machine: Machine, label: str) -> bool | None:
-    for gpu in machine.gpus.values():
-        if gpu.label == label:
-            if gpu.performance_state is None:
-                return None
-            return gpu.performance_state == "P0"
-    return None
-
-
-def _nvlinked(machine: Machine, a: str, b: str) -> bool:
-    return any((nvlink_count(link.path) or 0) > 0 for link in machine.links_between(a, b))
-
-
-def _covered_bdfs(tree: PcieTree, endpoints: list[tuple[str, str, str]]) -> set[str]:
-    covered: set[str] = set()
-    for _label, bdf, _kind in endpoints:
-        covered.update(tree.path(bdf))
-    return covered
 
 
 # -- link width ----------------------------------------------------------------------------
@@ -91,14 +39,14 @@ def _covered_bdfs(tree: PcieTree, endpoints: list[tuple[str, str, str]]) -> set[
 
 def check_link_width(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     tree = build_tree(machine)
-    endpoints = _endpoints(machine, tree)
+    endpoints = judged_endpoints(machine, tree)
     for label, bdf, kind in endpoints:
         finding = _width_finding(tree, label, bdf, kind)
         if finding is not None:
             if kind == "gpu":
-                _link_cause(earlier, "pcie-width-below-max", label, finding.key)
+                link_cause(earlier, "pcie-width-below-max", label, finding.key)
             yield finding
-    other = _other_narrow_links(machine, tree, _covered_bdfs(tree, endpoints))
+    other = _other_narrow_links(machine, tree, covered_bdfs(tree, endpoints))
     if other is not None:
         yield other
 
@@ -132,7 +80,7 @@ def _width_finding(tree: PcieTree, label: str, bdf: str, kind: str) -> Finding |
     lost = link_gbs(speed, capable - limiting_width)
     gen = gen_from_speed(speed)
     if narrow_end is not None and narrow_end.bdf != bdf:
-        reason = (f"the {_role_words(tree, narrow_end.bdf)} {narrow_end.bdf} "
+        reason = (f"the {role_words(tree, narrow_end.bdf)} {narrow_end.bdf} "
                   f"{'above it' if narrow_end is limiting.upper else 'on its path'} is wired x{limiting.cap_width} "
                   f"(LnkCap x{limiting.cap_width})")
     elif wired:
@@ -175,7 +123,7 @@ def _width_finding(tree: PcieTree, label: str, bdf: str, kind: str) -> Finding |
         subjects=[label],
         title=title,
         explanation=f"{label} ({bdf}) path, root port down: {_describe_path(tree, bdf)}. {impact}{bandwidth}",
-        evidence=_refs(limiting.sources, own.cap_source and [own.cap_source] or [], [own.source]),
+        evidence=evidence_refs(limiting.sources, own.cap_source and [own.cap_source] or [], [own.source]),
         remedy=remedy,
         confirm_with=f"sudo lspci -vv -s {target} | grep -E 'LnkCap:|LnkSta:'",
         data={
@@ -220,7 +168,7 @@ def _other_narrow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> 
     if not hits:
         return None
     important = any(d.bdf is None or d.base_class is None or d.base_class in _IMPORTANT_CLASSES for d in hits)
-    names = [_name(d) for d in hits]
+    names = [device_name(d) for d in hits]
     return Finding(
         id="pcie-link-width-limited-by-hop",
         severity="warn" if important else "info",
@@ -228,11 +176,11 @@ def _other_narrow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> 
         title=f"{len(hits)} PCIe link(s) run narrower than their device can: " + ", ".join(names[:6])
         + (" ..." if len(names) > 6 else ""),
         explanation=" ".join(
-            f"{_name(d)}: x{d.link.sta_width} of x{d.link.cap_width if d.link.cap_width else '?'}"  # type: ignore[union-attr]
+            f"{device_name(d)}: x{d.link.sta_width} of x{d.link.cap_width if d.link.cap_width else '?'}"  # type: ignore[union-attr]
             f"{' (' + d.description + ')' if d.description else ''}." for d in hits[:12])
         + " A device trained narrower than its LnkCap sits in a slot wired narrower, behind a narrower port, or has "
         "a seating/riser problem; widths do not change with load.",
-        evidence=_refs(*[[d.link.source, d.link.cap_source] for d in hits[:12]]),  # type: ignore[union-attr]
+        evidence=evidence_refs(*[[d.link.source, d.link.cap_source] for d in hits[:12]]),  # type: ignore[union-attr]
         remedy="Find the port above each device (`sudo lspci -tv`) and compare its LnkCap width; reseat or move cards "
                "whose slot is wired full width.",
         confirm_with="sudo lspci -vv | grep -E '^[0-9a-f]|LnkCap:|LnkSta:'",
@@ -240,21 +188,12 @@ def _other_narrow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> 
     )
 
 
-def _name(device: PciDevice) -> str:
-    if device.bdf is not None:
-        return device.bdf
-    # An excerpt (`lspci -vv | grep Lnk`) names no device: say where in the input the link was read.
-    line = device.source.line if device.source is not None else None
-    what = device.description or "a device whose lspci header line is not in the excerpt"
-    return f"{what} (read at line {line})" if line is not None else what
-
-
 # -- link speed ----------------------------------------------------------------------------
 
 
 def check_link_speed(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     tree = build_tree(machine)
-    endpoints = _endpoints(machine, tree)
+    endpoints = judged_endpoints(machine, tree)
     gen_findings = {label for f in earlier if f.id == "pcie-gen-below-max" for label in f.subjects}
     for label, bdf, kind in endpoints:
         device = tree.devices[bdf]
@@ -263,10 +202,10 @@ def check_link_speed(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
             finding = _speed_finding(machine, tree, label, bdf, kind, own, hop, gen_findings)
             if finding is not None:
                 if kind == "gpu":
-                    _link_cause(earlier, "pcie-gen-below-max", label, finding.key)
+                    link_cause(earlier, "pcie-gen-below-max", label, finding.key)
                 yield finding
                 break  # the topmost slow hop explains the ones below it
-    other = _other_slow_links(machine, tree, _covered_bdfs(tree, endpoints))
+    other = _other_slow_links(machine, tree, covered_bdfs(tree, endpoints))
     if other is not None:
         yield other
 
@@ -280,7 +219,7 @@ def _speed_finding(machine, tree, label, bdf, kind, own, hop: Hop, gen_findings:
         if own_link and kind == "gpu":
             if label in gen_findings:
                 return None  # nvidia-smi's reading already says it, with the idle caveat
-            busy = _gpu_busy(machine, label)
+            busy = gpu_busy(machine, label)
             severity = "fail" if busy else "info"
             state = "while busy (P0)" if busy else ("while idle or in an unknown state" if busy is None else "while idle")
             explanation = (f"{label}'s link ({hop.name}) runs at {format_speed(hop.sta_speed_gts)} of "
@@ -292,7 +231,7 @@ def _speed_finding(machine, tree, label, bdf, kind, own, hop: Hop, gen_findings:
                       "generation to Auto/Gen{} in the BIOS.".format(gen_from_speed(hop.cap_speed_gts) or "max"))
         else:
             severity = "fail" if not own_link or kind == "nic" else "warn"
-            where = (f"the link between the {_role_words(tree, hop.upper.bdf)} {hop.upper.bdf} and "
+            where = (f"the link between the {role_words(tree, hop.upper.bdf)} {hop.upper.bdf} and "
                      f"{hop.lower.bdf}" if hop.upper is not None else f"the link of {hop.lower.bdf}")
             explanation = (f"{where} on {label}'s path runs at {format_speed(hop.sta_speed_gts)} although both ends "
                            f"can do {format_speed(hop.cap_speed_gts)}. Bridges and NICs do not slow their links to "
@@ -311,12 +250,12 @@ def _speed_finding(machine, tree, label, bdf, kind, own, hop: Hop, gen_findings:
             title=f"{label}: link {hop.name} at {format_speed(hop.sta_speed_gts)} of {format_speed(hop.cap_speed_gts)}"
             + (" (idle reading)" if severity == "info" else ""),
             explanation=explanation,
-            evidence=_refs(hop.sources),
+            evidence=evidence_refs(hop.sources),
             remedy=remedy,
             confirm_with=LOAD_RECHECK.replace("<bdf>", bdf) if kind == "gpu" else
             f"sudo lspci -vv -s {hop.lower.bdf} | grep -E 'LnkCap:|LnkSta:'",
             data={"bdf": bdf, "hop": hop.name, "sta_speed_gts": hop.sta_speed_gts, "cap_speed_gts": hop.cap_speed_gts,
-                  "own_link": own_link, "busy": _gpu_busy(machine, label) if kind == "gpu" else None},
+                  "own_link": own_link, "busy": gpu_busy(machine, label) if kind == "gpu" else None},
         )
     if own_cap is not None and hop.cap_speed_gts < own_cap and not own_link:
         # A Gen5 card behind a Gen4 port: by design, but it caps the card.
@@ -328,7 +267,7 @@ def _speed_finding(machine, tree, label, bdf, kind, own, hop: Hop, gen_findings:
                   f"{format_speed(hop.cap_speed_gts)}",
             explanation=(f"The link {hop.name} on {label}'s path can run at {format_speed(hop.cap_speed_gts)} at "
                          f"most, below {label}'s {format_speed(own_cap)}: the path, not the card, sets the speed."),
-            evidence=_refs(hop.sources),
+            evidence=evidence_refs(hop.sources),
             remedy="Use a slot or switch of the card's generation where the bandwidth matters.",
             confirm_with=f"sudo lspci -vv -s {hop.lower.bdf} | grep -E 'LnkCap:|LnkSta:'",
             data={"bdf": bdf, "hop": hop.name, "cap_speed_gts": hop.cap_speed_gts, "device_cap_speed_gts": own_cap},
@@ -352,231 +291,17 @@ def _other_slow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> Fi
         id="pcie-link-speed-below-capability",
         severity="info",
         subjects=["pci"],
-        title=f"{len(hits)} PCIe link(s) run below their device's top speed: " + ", ".join(_name(d) for d in hits[:6])
+        title=f"{len(hits)} PCIe link(s) run below their device's top speed: " + ", ".join(device_name(d) for d in hits[:6])
         + (" ..." if len(hits) > 6 else ""),
         explanation=" ".join(
-            f"{_name(d)}: {format_speed(d.link.sta_speed_gts)} of {format_speed(d.link.cap_speed_gts)}."  # type: ignore[union-attr]
+            f"{device_name(d)}: {format_speed(d.link.sta_speed_gts)} of {format_speed(d.link.cap_speed_gts)}."  # type: ignore[union-attr]
             for d in hits[:12])
         + " Idle GPUs drop to 2.5 GT/s to save power, and a port's link runs at the speed of the slower device "
         "below it, so a slower reading is not a fault by itself: re-check GPUs under load.",
-        evidence=_refs(*[[d.link.source] for d in hits[:12]]),  # type: ignore[union-attr]
+        evidence=evidence_refs(*[[d.link.source] for d in hits[:12]]),  # type: ignore[union-attr]
         remedy="Re-read the links while the GPUs are busy; only a link that stays slow under load needs attention.",
         confirm_with=LOAD_RECHECK,
         data={"devices": [d.bdf for d in hits]},
-    )
-
-
-# -- ACS -------------------------------------------------------------------------------------
-
-
-def _redirect_severity(tree: PcieTree, bridge: str, machine: Machine) -> str:
-    if tree.role(bridge) == PORT_ROOT:
-        mode = machine.host.iommu_mode
-        return "info" if mode in ("passthrough", "off") else "warn"
-    return "fail"
-
-
-def _acs_remedy(bridges: list[str]) -> str:
-    first = bridges[0]
-    more = f" (and likewise for {', '.join(bridges[1:])})" if len(bridges) > 1 else ""
-    return (f"`sudo setpci -s {first} ECAP_ACS+0x6.w=0000`{more} turns the redirect off until the next reboot (put it "
-            "in a boot-time unit to keep it); for good, disable ACS, or VT-d/AMD-Vi (the IOMMU) if no VM passthrough "
-            "needs it, in the BIOS. Booting with `iommu=pt` keeps redirected peer traffic out of IOMMU translation "
-            "but does not turn the redirect off. NCCL documents the same steps.")
-
-
-def check_acs_between_gpus(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    tree = build_tree(machine)
-    gpus = gpu_endpoints(machine, tree)
-    by_bridge: dict[str, list[tuple[str, str]]] = {}
-    for (a, a_bdf), (b, b_bdf) in combinations(gpus, 2):
-        if _nvlinked(machine, a, b):
-            continue
-        pair = tree.pair_path(a_bdf, b_bdf, a, b)
-        for bridge in _redirect_relevant(tree, pair):
-            device = tree.devices.get(bridge)
-            if device is not None and device.acs is not None and device.acs.redirects_p2p:
-                by_bridge.setdefault(bridge, []).append((a, b))
-    for bridge, pairs in sorted(by_bridge.items()):
-        yield _acs_finding(machine, tree, "acs-redirect-between-gpus", bridge, pairs, nic=False)
-
-
-def _redirect_relevant(tree: PcieTree, pair) -> list[str]:
-    """Bridges whose ACS redirect changes the route of this pair's peer traffic.
-
-    Below a shared switch the redirect turns a direct path into a trip to the root complex.
-    Between root ports of one host bridge the traffic goes through the root complex anyway;
-    redirect there sends it through the IOMMU's checks. Across host bridges or sockets the
-    route does not change."""
-    if pair.path in ("PIX", "PXB"):
-        return list(pair.bridges)
-    if pair.path == "PHB":
-        return [bridge for bridge in pair.bridges if tree.role(bridge) == PORT_ROOT]
-    return []
-
-
-def check_acs_gpu_nic(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    tree = build_tree(machine)
-    nics = nic_endpoints(machine, tree)
-    by_bridge: dict[str, list[tuple[str, str]]] = {}
-    for gpu, gpu_bdf in gpu_endpoints(machine, tree):
-        paths = [tree.pair_path(gpu_bdf, nic_bdf, gpu, nic) for nic, nic_bdf in nics]
-        known = [p for p in paths if p.path is not None]
-        if not known:
-            continue
-        best = min(PCIE_PATH_ORDER.index(p.path) for p in known if p.path in PCIE_PATH_ORDER)
-        for pair in known:
-            if PCIE_PATH_ORDER.index(pair.path) != best:
-                continue  # GPUDirect RDMA uses the nearest NIC
-            for bridge in _redirect_relevant(tree, pair):
-                device = tree.devices.get(bridge)
-                if device is not None and device.acs is not None and device.acs.redirects_p2p:
-                    by_bridge.setdefault(bridge, []).append((pair.a, pair.b))
-    for bridge, pairs in sorted(by_bridge.items()):
-        yield _acs_finding(machine, tree, "acs-redirect-gpu-nic", bridge, pairs, nic=True)
-
-
-def _acs_finding(machine: Machine, tree: PcieTree, rule_id: str, bridge: str, pairs: list[tuple[str, str]],
-                 nic: bool) -> Finding:
-    device = tree.devices[bridge]
-    role = _role_words(tree, bridge)
-    members = sorted({name for pair in pairs for name in pair}, key=_label_key)
-    gpus = [m for m in members if m.startswith("GPU")]
-    others = [m for m in members if not m.startswith("GPU")]
-    below = [m for m in members if bridge in tree.ancestors(_bdf_of(machine, tree, m) or "")]
-    where = f"the {role} above {_join(below)}" if below else f"the {role} on the path of {_join(members)}"
-    ctl = device.acs.ctl if device.acs is not None else {}
-    on = [flag for flag in ("ReqRedir", "CmpltRedir") if ctl.get(flag)]
-    mode = machine.host.iommu_mode
-    translated = mode == "translated"
-    if nic:
-        title = f"ACS request redirect is on at {bridge}, {where}: GPUDirect RDMA between {_join(gpus)} and " \
-                f"{_join(others)} goes through the root complex"
-        impact = ("GPUDirect RDMA (the NIC reading and writing GPU memory directly) is redirected up to the root "
-                  "complex: it slows down, fails, or NCCL falls back to staging through host memory.")
-    else:
-        title = f"ACS request redirect is on at {bridge}, {where}: peer-to-peer traffic between {_join(members)} is " \
-                "sent up to the root complex"
-        impact = ("Peer-to-peer requests between " + ", ".join(f"{a}-{b}" for a, b in pairs)
-                  + " are redirected upstream instead of crossing the switch directly: NCCL and vLLM/SGLang custom "
-                  "all-reduce may hang or crawl, and p2pBandwidthLatencyTest shows P2P enabled slower than disabled.")
-    explanation = (f"ACSCtl of {bridge} ({device.description or role}) has {' and '.join(f'{f}+' for f in on)}. "
-                   + impact + (" The IOMMU translates DMA on this host, so the redirected traffic is also translated, "
-                               "which CUDA peer mappings do not expect." if translated else ""))
-    finding = Finding(
-        id=rule_id,
-        severity=_redirect_severity(tree, bridge, machine),
-        subjects=members + [bridge],
-        title=title,
-        explanation=explanation,
-        evidence=_refs([device.acs.source if device.acs else None], [device.source]),
-        remedy=_acs_remedy([bridge]),
-        confirm_with=f"sudo lspci -vvv -s {bridge} | grep -E 'ACSCap|ACSCtl'",
-        data={"bridge": bridge, "role": tree.role(bridge), "pairs": [list(p) for p in pairs],
-              "iommu_mode": mode},
-    )
-    if translated:
-        finding.causes.append(IOMMU_CAUSE)
-    return finding
-
-
-def _bdf_of(machine: Machine, tree: PcieTree, label: str) -> str | None:
-    for name, bdf, _kind in _endpoints(machine, tree):
-        if name == label:
-            return bdf
-    return None
-
-
-def _label_key(label: str) -> tuple[int, int, str]:
-    if label.startswith("GPU") and label[3:].isdigit():
-        return (0, int(label[3:]), "")
-    return (1, 0, label)
-
-
-def _join(items: list[str]) -> str:
-    if not items:
-        return "them"
-    if len(items) == 1:
-        return items[0]
-    return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def check_acs_enabled(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    """Every redirecting bridge not already named as lying between GPUs or a GPU and its NIC."""
-    named = {f.data.get("bridge") for f in earlier if f.id in ("acs-redirect-between-gpus", "acs-redirect-gpu-nic")}
-    tree = build_tree(machine)
-    hits = [d for d in machine.pci if d.acs is not None and d.acs.redirects_p2p and (d.bdf is None or d.bdf not in named)]
-    if not hits:
-        return
-    gpus = gpu_endpoints(machine, tree)
-    placed = [d for d in hits if d.bdf is not None]
-    unplaced = len(hits) - len(placed)
-    if not gpus or unplaced:
-        severity = "warn"
-        context = ("No GPU positions are known from this evidence, so these bridges may sit above GPUs; "
-                   if not gpus else f"{unplaced} of them come from lines without a device header, so where they sit "
-                   "is unknown; ")
-    else:
-        severity = "info"
-        context = ("None of them is on a path the GPUs use for PCIe peer-to-peer here (pairs joined by NVLink do not "
-                   "use it) or between a GPU and its nearest NIC; ")
-    yield Finding(
-        id="acs-redirect-enabled",
-        severity=severity,
-        subjects=[_name(d) for d in hits[:8]] if placed else ["pci"],
-        title=f"ACS P2P redirect (ReqRedir+/CmpltRedir+) is on at {len(hits)} bridge(s)",
-        explanation=context + "peer-to-peer traffic between devices below a redirecting port goes up to the root "
-        "complex, which breaks or slows GPU P2P and GPUDirect RDMA when GPUs or NICs sit below it. Ports: "
-        + ", ".join(_name(d) for d in hits[:16]) + ("..." if len(hits) > 16 else "") + ".",
-        evidence=_refs([d.acs.source for d in hits[:10] if d.acs is not None]),
-        remedy=_acs_remedy([d.bdf for d in placed] or ["<bridge>"]),
-        confirm_with="sudo lspci -vvv | grep -E '^[0-9a-f]|ACSCtl'",
-        data={"bridges": [d.bdf for d in hits], "unplaced": unplaced},
-    )
-
-
-def check_acs_unknown(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    tree = build_tree(machine)
-    gpus = gpu_endpoints(machine, tree)
-    unknown: dict[str, set[str]] = {}
-    unplaced: list[str] = []
-    for (a, a_bdf), (b, b_bdf) in combinations(gpus, 2):
-        if _nvlinked(machine, a, b):
-            continue
-        pair = tree.pair_path(a_bdf, b_bdf, a, b)
-        if pair.path is None:
-            unplaced.append(f"{a}-{b}")
-            continue
-        for bridge in _redirect_relevant(tree, pair):
-            device = tree.devices.get(bridge)
-            if device is None or not device.acs_state_known:
-                unknown.setdefault(bridge, set()).update((a, b))
-    if not unknown and not unplaced:
-        return
-    members = sorted({m for names in unknown.values() for m in names} | {x for p in unplaced for x in p.split("-")},
-                     key=_label_key)
-    denied = [d for d in machine.pci if d.access_denied]
-    short = [b for b in unknown if tree.devices.get(b) is not None and tree.devices[b].capabilities_read is False]
-    why = []
-    if unknown:
-        why.append(f"the ACS settings of {_join(sorted(unknown))} between {_join(members)} were not read")
-    if unplaced:
-        why.append("the bridges between " + ", ".join(unplaced) + " are not in the evidence, so neither their path "
-                   "nor their ACS settings are known")
-    cause = ("lspci ran without root: `Capabilities: <access denied>`" if denied else
-             "the config space was readable only in its first bytes, without root" if short else
-             "the evidence does not include them")
-    yield Finding(
-        id="acs-state-unknown",
-        severity="info",
-        subjects=members,
-        title=f"ACS state unknown between {_join(members)}: run `sudo lspci -vv` on this host and analyze again",
-        explanation="; ".join(why) + f" ({cause}). ACS redirect on a bridge between GPUs is a leading cause of NCCL "
-        "P2P hangs and slow all-reduce on PCIe servers, so it is worth settling.",
-        evidence=_refs([d.source for d in denied[:4]]),
-        remedy="Run `sudo lspci -vvv` (or `sudo k3diag collect`) so the ACS capability of every bridge is readable.",
-        confirm_with="sudo lspci -vvv | grep -E '^[0-9a-f]|ACSCtl'",
-        data={"bridges": sorted(unknown), "unplaced_pairs": unplaced},
     )
 
 
@@ -612,7 +337,7 @@ def check_topology_mismatch(machine: Machine, earlier: list[Finding]) -> Iterabl
                          "another path; readings taken on different hosts or at different times disagree too. NCCL "
                          "chooses P2P from the driver's view, so a mismatch can explain P2P that is refused or slower "
                          "than the path class suggests."),
-            evidence=_refs([link.source], bridge_refs),
+            evidence=evidence_refs([link.source], bridge_refs),
             remedy="Compare with `sudo lspci -tv` and `nvidia-smi topo -m` taken on the bare-metal host; in a VM ask the "
                    "provider for the physical topology (or use a topology-preserving instance type).",
             confirm_with="nvidia-smi topo -m; sudo lspci -tv",
@@ -649,7 +374,7 @@ def check_gpu_nic_far(machine: Machine, earlier: list[Finding]) -> Iterable[Find
                             "another GPU with PXN), so multi-node collectives lose bandwidth."
                             if sys_path else "the CPU's internal fabric between root complexes; it works, but slower "
                             "than through a shared switch.")),
-            evidence=_refs([tree.devices[gpu_bdf].source, tree.devices[nic_bdf].source]),
+            evidence=evidence_refs([tree.devices[gpu_bdf].source, tree.devices[nic_bdf].source]),
             remedy="Put each GPU's rail NIC under the same switch or socket as the GPU, or keep the ranks that use "
                    "this GPU on single-node work; check NCCL's choice with NCCL_DEBUG=INFO (NET/IB/... GDRDMA).",
             confirm_with="nvidia-smi topo -m; sudo lspci -tv",
