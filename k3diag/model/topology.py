@@ -226,6 +226,7 @@ def endpoint_sort_key(name: str) -> tuple[int, str, int]:
     return (2, name, 0)
 
 
+@lru_cache(maxsize=4096)  # asked for every link of every GPU x NIC pair; the names are few
 def gpu_index(name: str) -> int | None:
     match = re.match(r"^GPU(\d+)$", name)
     return int(match.group(1)) if match else None

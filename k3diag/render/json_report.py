@@ -28,6 +28,7 @@ def build_report(
     recommendations: dict[str, Any] = {"tp_groups": {}, "rationale": None}
     if recommendation is not None:
         recommendations.update(recommendation.to_json())
+    gdr = _gdr(machine)  # every GPU x NIC pair: computed once for the NICs and the fabric sections
     report = {
         "schema": SCHEMA_ID,
         "tool": {"name": "k3diag", "version": __version__},
@@ -40,11 +41,11 @@ def build_report(
         "notes": [note.to_json() for note in machine.notes],
         "topology": {
             "gpus": [gpu.to_json() for gpu in machine.sorted_gpus()],
-            "nics": _nics(machine),
+            "nics": _nics(machine, gdr),
             "links": [link.to_json() for link in machine.links],
             "p2p": [status.to_json() for status in machine.p2p],
         },
-        "fabric": _fabric(machine),
+        "fabric": _fabric(machine, gdr),
         "pci": [device.to_json() for device in machine.pci],
         "pcie_paths": _pcie_paths(machine),
         "platform": _platform(machine),
@@ -99,13 +100,15 @@ def _gdr(machine: Machine):
         return None
 
 
-def _nics(machine: Machine) -> list[dict]:
-    report = _gdr(machine)
+def _nics(machine: Machine, report) -> list[dict]:
     out = []
+    by_nic: dict[str, list] = {}
+    for pair in report.pairs if report is not None else []:
+        by_nic.setdefault(pair.nic, []).append(pair)
     for nic in sorted(machine.nics.values(), key=lambda n: n.name):
         entry = nic.to_json()
         if report is not None and not nic.management_port:
-            mine = [pair for pair in report.pairs if pair.nic == nic.name]
+            mine = by_nic.get(nic.name, [])
             entry["gdr"] = {
                 "possible": report.possible,
                 "level": report.level,
@@ -118,8 +121,7 @@ def _nics(machine: Machine) -> list[dict]:
     return out
 
 
-def _fabric(machine: Machine) -> dict | None:
-    report = _gdr(machine)
+def _fabric(machine: Machine, report) -> dict | None:
     if machine.fabric.empty and report is None:
         return None
     data = machine.fabric.to_json()

@@ -1,0 +1,245 @@
+"""Whole-process timings of the k3diag CLI against baselines run in the same process, alternating.
+
+    python benchmarks/bench_cli.py                      # every case, 5 runs each
+    python benchmarks/bench_cli.py --only lspci,topo --repeat 7
+    python benchmarks/bench_cli.py --devices 20000 --gpus 8,72,144,288
+
+Every figure is the median wall time of `--repeat` runs of a separate process (start-up, reading,
+parsing, analysis, rendering: what a user waits for), with its peak RSS (the largest of the runs),
+next to a baseline timed in the same loop, run for run, so that the load of the machine weighs on
+both alike. Cases (the targets of issue 13 in brackets):
+
+  startup  `k3diag analyze SMALL` on a terminal (a pty), piped, and `--json`, against
+           `python -c "import typer"` [each at most 2x]
+  lspci    `k3diag analyze LSPCI --json` of a generated 5,000-device `lspci -vv` (25 MB), against
+           `grep -c LnkSta` and `wc -l` of the same file [at most 30x grep]
+  topo     `k3diag analyze TOPO --json` of generated 8-, 72- and 144-GPU NVLink `nvidia-smi topo -m`
+           outputs, each against the 8-GPU one [72: at most 4x, 144: at most 20x]
+  audit    `k3diag audit EXAMPLE --model k3` of the packaged example bundle, against
+           `python -c "import typer"` [at most 4x]
+
+The generated inputs are written to a temporary folder (`--keep DIR` keeps them). NCCL logs have
+their own benchmark, `bench_nccl_log.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pty
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_lspci import generate as generate_lspci  # noqa: E402
+
+EXAMPLE = REPO / "k3diag" / "data" / "examples" / "dual-socket-8gpu-pcie"
+SMALL = REPO / "fixtures" / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt"
+PYTHON = sys.executable
+TIMEOUT_S = 600
+
+LEGEND = """
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe switches (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing a single PCIe switch
+  NV#  = Connection traversing a bonded set of # NVLinks
+
+NIC Legend:
+
+"""
+
+
+def topo_matrix(gpus: int) -> str:
+    """`nvidia-smi topo -m` of `gpus` GPUs in one NVLink domain (NV18 between every pair, as on an
+    NVL72 rack seen as one system), one NIC per four GPUs under the same switch as them (PIX), two
+    sockets. Tab-separated, as nvidia-smi prints it, with its legend and NIC legend."""
+    nics = max(gpus // 4, 1)
+    names = [f"GPU{i}" for i in range(gpus)] + [f"NIC{k}" for k in range(nics)]
+    half = max(gpus // 2, 1)
+
+    def socket(name: str) -> int:
+        index = int(name[3:])
+        return (index if name.startswith("GPU") else 4 * index) // half
+
+    def path(a: str, b: str) -> str:
+        if a == b:
+            return " X "
+        if a.startswith("GPU") and b.startswith("GPU"):
+            return "NV18"
+        gpu, nic = (a, b) if a.startswith("GPU") else (b, a)
+        if nic.startswith("NIC") and gpu.startswith("GPU") and int(gpu[3:]) // 4 == int(nic[3:]):
+            return "PIX"
+        return "NODE" if socket(a) == socket(b) else "SYS"
+
+    lines = ["\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+    for row in names:
+        cells = [path(row, column) for column in names]
+        if row.startswith("GPU"):
+            node = socket(row)
+            cells += [f"{node * 64}-{node * 64 + 63}", str(node), "N/A"]
+        lines.append(row + "\t" + "\t".join(cells))
+    legend = "\n".join(f"  NIC{k}: mlx5_{k}" for k in range(nics))
+    return "\n".join(lines) + "\n" + LEGEND + legend + "\n"
+
+
+@dataclass
+class Timing:
+    label: str
+    walls: list[float] = field(default_factory=list)
+    peak_rss_kib: int = 0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.walls)
+
+
+def run_once(argv: list[str], timing: Timing, tty: bool = False) -> None:
+    """One process: wall time from fork to exit, and its peak RSS (ru_maxrss, KiB on Linux)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if tty:
+        # A pty as stdout and stderr, the way a person runs it; its output is read and dropped.
+        master, slave = pty.openpty()
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+        os.close(slave)
+        while True:
+            try:
+                if not os.read(master, 65536):
+                    break
+            except OSError:  # EIO: the child closed its end
+                break
+        os.close(master)
+    else:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                   env=env, cwd=REPO)
+        assert process.stdout is not None
+        while process.stdout.read(1 << 20):
+            pass  # read it as a pipe reader would
+        process.stdout.close()
+    _, status, usage = os.wait4(process.pid, 0)
+    timing.walls.append(time.perf_counter() - started)
+    timing.peak_rss_kib = max(timing.peak_rss_kib, usage.ru_maxrss)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode not in (0, 1, 2, 3):
+        raise SystemExit(f"{' '.join(argv)} exited {process.returncode}")
+
+
+def alternate(cases: dict[str, tuple[list[str], bool]], repeat: int) -> dict[str, Timing]:
+    """Run every case once per round, `repeat` rounds, so slow and fast moments fall on all of them."""
+    timings = {label: Timing(label) for label in cases}
+    for argv, tty in cases.values():  # warm the page cache and the .pyc files
+        run_once(argv, Timing("warm-up"), tty)
+    for _ in range(repeat):
+        for label, (argv, tty) in cases.items():
+            run_once(argv, timings[label], tty)
+    return timings
+
+
+def report(title: str, timings: dict[str, Timing], baseline: str, targets: dict[str, float]) -> None:
+    print(f"\n{title}")
+    base = timings[baseline].median
+    print(f"  {'case':58s} {'median':>9s} {'ratio':>8s} {'target':>7s} {'peak RSS':>9s}")
+    for label, timing in timings.items():
+        ratio = timing.median / base
+        target = targets.get(label)
+        mark = "" if target is None else (f"{target:g}x " + ("ok" if ratio <= target else "MISSED"))
+        print(f"  {label:58s} {timing.median * 1000:7.0f}ms {ratio:7.1f}x {mark:>10s} "
+              f"{timing.peak_rss_kib / 1024:6.0f} MiB")
+
+
+def k3diag(*args: str) -> list[str]:
+    return [PYTHON, "-m", "k3diag", *args]
+
+
+def bench_startup(repeat: int) -> None:
+    cases = {
+        'python -c "import typer"': ([PYTHON, "-c", "import typer"], False),
+        f"k3diag analyze {SMALL.name} (terminal)": (k3diag("analyze", str(SMALL)), True),
+        f"k3diag analyze {SMALL.name} | cat": (k3diag("analyze", str(SMALL)), False),
+        f"k3diag analyze {SMALL.name} --json": (k3diag("analyze", str(SMALL), "--json"), False),
+    }
+    labels = list(cases)
+    report("start-up", alternate(cases, repeat), labels[0], {label: 2.0 for label in labels[1:]})
+
+
+def bench_lspci(repeat: int, devices: int, folder: Path) -> None:
+    path = folder / f"lspci-vv-{devices}.txt"
+    path.write_text(generate_lspci(devices))
+    size = path.stat().st_size / 1e6
+    grep = shutil.which("grep") or "grep"
+    wc = shutil.which("wc") or "wc"
+    cases = {
+        "grep -c LnkSta": ([grep, "-c", "LnkSta", str(path)], False),
+        "wc -l": ([wc, "-l", str(path)], False),
+        f"k3diag analyze ({devices} devices, {size:.0f} MB) --json": (k3diag("analyze", str(path), "--json"), False),
+    }
+    labels = list(cases)
+    report(f"lspci -vv, {devices} devices", alternate(cases, repeat), labels[0], {labels[2]: 30.0})
+
+
+def bench_topo(repeat: int, sizes: list[int], folder: Path) -> None:
+    cases = {}
+    for gpus in sizes:
+        path = folder / f"topo-m-{gpus}gpu-nvlink.txt"
+        path.write_text(topo_matrix(gpus))
+        cases[f"k3diag analyze topo -m, {gpus} GPUs --json"] = (k3diag("analyze", str(path), "--json"), False)
+    labels = list(cases)
+    targets = {label: (4.0 if gpus == 72 else 20.0) for label, gpus in zip(labels, sizes) if gpus in (72, 144)}
+    report(f"nvidia-smi topo -m, NVLink, {sizes} GPUs (against {sizes[0]})", alternate(cases, repeat), labels[0],
+           targets)
+
+
+def bench_audit(repeat: int) -> None:
+    cases = {
+        'python -c "import typer"': ([PYTHON, "-c", "import typer"], False),
+        "k3diag audit EXAMPLE --model k3": (k3diag("audit", str(EXAMPLE), "--model", "k3"), False),
+    }
+    labels = list(cases)
+    report("audit", alternate(cases, repeat), labels[0], {labels[1]: 4.0})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="startup,lspci,topo,audit", help="comma-separated cases")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each, alternating; the median is shown")
+    parser.add_argument("--devices", type=int, default=5000, help="devices in the generated lspci -vv")
+    parser.add_argument("--gpus", default="8,72,144", help="GPU counts of the generated topo -m (first: the baseline)")
+    parser.add_argument("--keep", type=Path, default=None, help="write the generated inputs here and keep them")
+    args = parser.parse_args()
+    only = {name.strip() for name in args.only.split(",")}
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="k3diag-bench-cli-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} "
+          f"{load[2]:.1f}; {args.repeat} runs of each, alternating; medians")
+    try:
+        if "startup" in only:
+            bench_startup(args.repeat)
+        if "lspci" in only:
+            bench_lspci(args.repeat, args.devices, folder)
+        if "topo" in only:
+            bench_topo(args.repeat, [int(n) for n in args.gpus.split(",")], folder)
+        if "audit" in only:
+            bench_audit(args.repeat)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
