@@ -37,17 +37,18 @@ from k3diag.model.amd_records import (
 )
 from k3diag.model.source import SourceRef
 from k3diag.parse.ids import is_bdf, normalize_bdf
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import Section, normalize, prompt_command
 
 FORMAT = "amd-smi-topology"
 
 # Only the first table starts an output; splitting at every table would tear one output apart.
-START_RE = re.compile(r"^ACCESS TABLE:\s*$")
-_TABLE_RE = re.compile(r"^\s*(?P<title>[A-Z][A-Z /-]*?)\s+TABLE:\s*$")
-_SNIFF_TEXT_RE = re.compile(r"^\s*(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW)\s+TABLE:\s*$", re.M)
-_SNIFF_JSON_RE = re.compile(r'"(link_accessibility|link_type|num_hops|link_status|numa_bandwidth)"\s*:')
-_BW_RE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
-_GPU_KEY_RE = re.compile(r"^gpu_(\d+)$")
+START_RE = lazy(r"^ACCESS TABLE:\s*$")
+_TABLE_RE = lazy(r"^\s*(?P<title>[A-Z][A-Z /-]*?)\s+TABLE:\s*$")
+_SNIFF_TEXT_RE = lazy(r"^\s*(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW)\s+TABLE:\s*$", re.M)
+_SNIFF_JSON_RE = lazy(r'"(link_accessibility|link_type|num_hops|link_status|numa_bandwidth)"\s*:')
+_BW_RE = lazy(r"^(\d+)\s*-\s*(\d+)$")
+_GPU_KEY_RE = lazy(r"^gpu_(\d+)$")
 
 # Table title -> AmdPairFact field.
 _TABLES: dict[str, str] = {

@@ -16,25 +16,26 @@ from dataclasses import dataclass, field
 from k3diag.model.pci import DmesgEvent
 from k3diag.model.source import SourceRef
 from k3diag.parse.ids import normalize_bdf
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
 
 FORMAT = "dmesg"
 
-_PREFIX_RE = re.compile(
+_PREFIX_RE = lazy(
     r"^(?:<\d+>)?"
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )?"  # journalctl: `Sep 19 16:18:04 host kernel: `
     r"(?:\[\s*(?P<ts>\d+\.\d+)\]\s?|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4}\]\s?)?"
 )
 _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-_XID_RE = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<code>\d+),\s*(?P<msg>.*)$")
-_FALLEN_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<bdf>" + _BDF + r")")
-_GPU_AT_RE = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
-_AER_ERROR_RE = re.compile(
+_XID_RE = lazy(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<code>\d+),\s*(?P<msg>.*)$")
+_FALLEN_GPU_RE = lazy(r"NVRM: The NVIDIA GPU (?P<bdf>" + _BDF + r")")
+_GPU_AT_RE = lazy(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+_AER_ERROR_RE = lazy(
     r"(?P<driver>\S+) (?P<bdf>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+),\s*type=(?P<type>[^,]+)"
 )
-_AER_BIT_RE = re.compile(r"(?P<bdf>" + _BDF + r"):\s+\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")
-_DOMAIN_RE = re.compile(r"iommu: Default domain type: (?P<type>Translated|Passthrough)", re.I)
-_CMDLINE_RE = re.compile(r"(?:Kernel )?[Cc]ommand line: (?P<cmdline>.*)$")
+_AER_BIT_RE = lazy(r"(?P<bdf>" + _BDF + r"):\s+\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")
+_DOMAIN_RE = lazy(r"iommu: Default domain type: (?P<type>Translated|Passthrough)", re.I)
+_CMDLINE_RE = lazy(r"(?:Kernel )?[Cc]ommand line: (?P<cmdline>.*)$")
 
 
 @dataclass

@@ -19,17 +19,18 @@ from dataclasses import dataclass, field
 
 from k3diag.model.fabric import GpuFabricState
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.nvidia_fabric import read_block as read_fabric_block
 from k3diag.parse.nvidia_topo_matrix import bare_command
 from k3diag.parse.text import Section, normalize
 
-START_RE = re.compile(r"^\s*=+\s*NVSMI LOG\s*=+\s*$")
+START_RE = lazy(r"^\s*=+\s*NVSMI LOG\s*=+\s*$")
 
-_GPU_BLOCK_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\s*$")
-_KEY_VALUE_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:]*?\S)\s+:\s*(?P<value>.*?)\s*$")
-_SECTION_RE = re.compile(r"^(?P<indent>\s*)(?P<name>[A-Za-z][^:]*?)\s*$")
-_INDEX_ARG_RE = re.compile(r"(?:^|\s)(?:-i\s*|--id=)(\d+)(?:\s|$)")
-_NUMBER_RE = re.compile(r"^(\d+)")
+_GPU_BLOCK_RE = lazy(r"^GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\s*$")
+_KEY_VALUE_RE = lazy(r"^(?P<indent>\s*)(?P<key>[^:]*?\S)\s+:\s*(?P<value>.*?)\s*$")
+_SECTION_RE = lazy(r"^(?P<indent>\s*)(?P<name>[A-Za-z][^:]*?)\s*$")
+_INDEX_ARG_RE = lazy(r"(?:^|\s)(?:-i\s*|--id=)(\d+)(?:\s|$)")
+_NUMBER_RE = lazy(r"^(\d+)")
 
 
 @dataclass

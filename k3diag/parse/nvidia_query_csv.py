@@ -12,11 +12,12 @@ import re
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.nvidia_topo_matrix import bare_command
 from k3diag.parse.text import Section, normalize, prompt_command
 
 # A header line: comma-separated field names such as `index, name, memory.total [MiB]`.
-START_RE = re.compile(
+START_RE = lazy(
     r"^\s*(?:index|name|gpu_name|pci\.bus_id|gpu_bus_id|uuid|gpu_uuid|timestamp|driver_version|pstate|"
     r"memory\.\w+|pcie\.link\.[\w.]+|utilization\.\w+|temperature\.\w+)(?:\s*\[[^\]]*\])?\s*,\s*[a-z_]"
 )
@@ -42,8 +43,8 @@ FIELD_ALIASES: dict[str, str] = {
     "driver_version": "driver_version",
     "utilization.gpu": "utilization_gpu_percent",
 }
-_KNOWN_FIELD_RE = re.compile(r"^[a-z_]+(?:\.[a-z_]+)*$")
-_QUERY_ARG_RE = re.compile(r"--query-gpu[= ]\s*([\w.,]+)")
+_KNOWN_FIELD_RE = lazy(r"^[a-z_]+(?:\.[a-z_]+)*$")
+_QUERY_ARG_RE = lazy(r"--query-gpu[= ]\s*([\w.,]+)")
 _MISSING = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "[GPU is lost]", "[Insufficient Permissions]"}
 
 

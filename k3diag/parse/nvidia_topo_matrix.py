@@ -17,19 +17,20 @@ import re
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import Section, normalize
 
 # A line that begins a `topo -m` (or `topo -p2p`, which prints the same header) output: the
 # header row, possibly glued to the command line that printed it.
-START_RE = re.compile(
+START_RE = lazy(
     r"^\s*(?:.*\bnvidia-smi(?:\.exe)?\s+topo\s+\S+\s+)?GPU0\s*(?:GPU1|NIC0|mlx\d+_\d+|CPU\s+Affinity)\b"
 )
 # A header whose tabs were lost in the paste: `GPU0GPU1GPU2...mlx5_0\tCPU Affinity` (rows keep theirs).
-_GLUED_RE = re.compile(r"GPU\d+(?=GPU|NIC|mlx|CPU|NUMA)|(?:NIC\d+|mlx\d+_\d+)(?=GPU|NIC|mlx|CPU|NUMA)|Affinity(?=\S)")
-_GLUE_POINT_RE = re.compile(r"(?<=[0-9])(?=(?:GPU|NIC|mlx|CPU|NUMA))|(?<=Affinity)(?=\S)")
+_GLUED_RE = lazy(r"GPU\d+(?=GPU|NIC|mlx|CPU|NUMA)|(?:NIC\d+|mlx\d+_\d+)(?=GPU|NIC|mlx|CPU|NUMA)|Affinity(?=\S)")
+_GLUE_POINT_RE = lazy(r"(?<=[0-9])(?=(?:GPU|NIC|mlx|CPU|NUMA))|(?<=Affinity)(?=\S)")
 
 
-_QUOTE_RE = re.compile(r"^\s*(?:>\s?)+")
+_QUOTE_RE = lazy(r"^\s*(?:>\s?)+")
 
 
 def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:
@@ -52,16 +53,16 @@ def unglue_header(line: str) -> str:
 
 TOPOLOGY_CODES = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "PSB"})
 P2P_CODES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
-_NV_RE = re.compile(r"^NV\d+$")
+_NV_RE = lazy(r"^NV\d+$")
 # Uppercase codes a future driver might add; taken as cells (with a warning), never as affinities.
-_CODE_LIKE_RE = re.compile(r"^[A-Z][A-Z0-9#]{0,5}$")
-_GPU_RE = re.compile(r"^GPU(\d+)$")
-_NIC_RE = re.compile(r"^NIC\d+$")
-_ENDPOINT_RE = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
-_CPULIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
-_LEGEND_ENTRY_RE = re.compile(r"^\s*(X|[A-Z][A-Z0-9#]*)\s*=\s*(.*?)\s*$")
-_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-_SHELLISH_RE = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@[\w.-]+|[$#>%]\s)")
+_CODE_LIKE_RE = lazy(r"^[A-Z][A-Z0-9#]{0,5}$")
+_GPU_RE = lazy(r"^GPU(\d+)$")
+_NIC_RE = lazy(r"^NIC\d+$")
+_ENDPOINT_RE = lazy(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
+_CPULIST_RE = lazy(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+_LEGEND_ENTRY_RE = lazy(r"^\s*(X|[A-Z][A-Z0-9#]*)\s*=\s*(.*?)\s*$")
+_NIC_LEGEND_RE = lazy(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_SHELLISH_RE = lazy(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@[\w.-]+|[$#>%]\s)")
 TRAILING_LABELS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # A pasted matrix may hold a stray line ("[...]"); more than this and the matrix is over.
 MAX_SKIPPED_LINES = 3
@@ -273,7 +274,7 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
     return result
 
 
-_MP_COMMAND_RE = re.compile(r"\btopo\s+(?:-mp\b|--matrix_pci\b|-m\s+-p\b)")
+_MP_COMMAND_RE = lazy(r"\btopo\s+(?:-mp\b|--matrix_pci\b|-m\s+-p\b)")
 
 
 def _pcie_only(command: str | None, lines: list[str], result: TopoMatrixResult) -> bool | None:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.nvidia_topo_matrix import START_RE as _MATRIX_START_RE
 from k3diag.parse.nvidia_topo_matrix import (
     MAX_SKIPPED_LINES,
@@ -25,12 +26,12 @@ from k3diag.parse.nvidia_topo_matrix import (
 from k3diag.parse.text import Section, normalize
 
 # The same header as `topo -m`, plus the lone "GPU0" header of a one-GPU host.
-START_RE = re.compile(rf"{_MATRIX_START_RE.pattern}|^\s*GPU0\s*$")
+START_RE = lazy(rf"{_MATRIX_START_RE.pattern}|^\s*GPU0\s*$")
 
-_GPU_RE = re.compile(r"^GPU\d+$")
-_CELL_RE = re.compile(r"^(?:X|[A-Z]{1,4}|N/A)$")
+_GPU_RE = lazy(r"^GPU\d+$")
+_CELL_RE = lazy(r"^(?:X|[A-Z]{1,4}|N/A)$")
 # `-p2p r`, `-p2p=r`, `--p2pstatus w`, `-p2p read`; letters as nvidia-smi documents them.
-_COMMAND_RE = re.compile(r"(?:-p2p|--p2pstatus)(?:\s*=\s*|\s+)([A-Za-z]+)\b")
+_COMMAND_RE = lazy(r"(?:-p2p|--p2pstatus)(?:\s*=\s*|\s+)([A-Za-z]+)\b")
 _CAPABILITY_BY_ARG = {
     "r": "read",
     "read": "read",

@@ -24,17 +24,18 @@ import re
 
 from k3diag.model.amd_records import AmdTopology, normalize_link_type
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import Section, normalize, prompt_command
 
 FORMAT = "rocm-smi-showtopo"
 
-START_RE = re.compile(r"^\s*=+\s*ROCm System Management Interface\s*=+\s*$")
-_TITLE_RE = re.compile(r"^\s*=+\s*(?P<title>[^=]*?)\s*=+\s*$")
-_GPU_LABEL_RE = re.compile(r"^GPU(\d+)$")
-_NUMA_RE = re.compile(
+START_RE = lazy(r"^\s*=+\s*ROCm System Management Interface\s*=+\s*$")
+_TITLE_RE = lazy(r"^\s*=+\s*(?P<title>[^=]*?)\s*=+\s*$")
+_GPU_LABEL_RE = lazy(r"^GPU(\d+)$")
+_NUMA_RE = lazy(
     r"^\s*GPU\[(?P<gpu>\d+)\]\s*:\s*\(Topology\)\s*Numa\s+(?P<kind>Node|Affinity)\s*:\s*(?P<value>\S+)", re.I
 )
-_WARNING_RE = re.compile(r"^\s*WARNING:", re.I)
+_WARNING_RE = lazy(r"^\s*WARNING:", re.I)
 
 # Section titles (lower case) -> which fact the matrix holds.
 _SECTIONS: dict[str, str] = {
@@ -44,7 +45,7 @@ _SECTIONS: dict[str, str] = {
     "link accessibility between two gpus": "access",
     "numa nodes": "numa",
 }
-_SNIFF_RE = re.compile(
+_SNIFF_RE = lazy(
     r"(Weight|Hops|Link Type|Link accessibility) between two GPUs|\(Topology\)\s*Numa (Node|Affinity)", re.I
 )
 

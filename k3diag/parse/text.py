@@ -6,9 +6,9 @@ tabs become spaces, lines get a `$ ` prompt in front, Windows line endings creep
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from k3diag.parse.lazy_re import lazy
 from k3diag.textcodec import decode_text, detect_encoding  # noqa: F401  (re-exported)
 
 # Every ECMA-48 / ANSI sequence kind a terminal log can hold, 7- and 8-bit forms:
@@ -16,7 +16,7 @@ from k3diag.textcodec import decode_text, detect_encoding  # noqa: F401  (re-exp
 # (`ESC ] 0;title BEL`, which prompts write into `script` logs; an unterminated one is cut at the
 # end of its line, never eating the next), nF escapes (`ESC ( B`), and the single-character
 # Fp/Fe/Fs escapes (`ESC 7`, `ESC =`, `ESC c`). A lone ESC at the end is dropped too.
-_ANSI_RE = re.compile(
+_ANSI_RE = lazy(
     "(?:\x1b\\[|\x9b)[0-?]*[ -/]*[@-~]"
     "|(?:\x1b[\\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\\\|\x9c)?"
     "|\x1b[ -/]*[0-~]"
@@ -25,10 +25,10 @@ _ANSI_RE = re.compile(
 # Control characters that are never part of a tool's text output: NUL padding (a log written just
 # before a crash, a serial console), backspaces, bells, C1 controls. TAB, LF, CR and ESC (its
 # sequences are stripped above) are handled on their own.
-CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f\x80-\x9f]")
+CONTROL_RE = lazy("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f\x80-\x9f]")
 # A shell prompt followed by a command: `$ cmd`, `# cmd`, `user@host:~$ cmd`, `(venv) user@h:~/x# cmd`,
 # `[root@host ~]# cmd`, `PS C:\> cmd`, `> cmd`.
-_PROMPT_RE = re.compile(
+_PROMPT_RE = lazy(
     r"^\s*(?:\([^)]*\)\s*)?(?:"
     r"[\w.-]+@[\w.-]+(?::[^$#\s]*)?\s*[$#%]"  # user@host:path$
     r"|\[[^\]]*@[^\]]*\]\s*[$#]"  # [root@host ~]#
@@ -39,7 +39,7 @@ _PROMPT_RE = re.compile(
 # A prompt that cannot be mistaken for output (`user@host:~$`, `[root@host ~]#`, `PS C:\>`), with any
 # command or none: the paste moved on from the output above it. Lone `$`/`#`/`>` are left out
 # because tool outputs print such lines (nccl-tests starts its comment lines with `#`).
-_SHELL_PROMPT_RE = re.compile(
+_SHELL_PROMPT_RE = lazy(
     r"^\s*(?:\([^)]*\)\s*)?(?:"
     r"[\w.-]+@[\w.-]+(?::[^$#\s]*)?\s*[$#%]"
     r"|\[[^\]]*@[^\]]*\]\s*[$#]"
@@ -120,7 +120,7 @@ def prompt_command(line: str) -> str | None:
     return None
 
 
-_PROMPT_HOST_RE = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@(?P<host>[\w.-]+)|\[[^\]@\s]*@(?P<bracketed>[\w.-]+))")
+_PROMPT_HOST_RE = lazy(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@(?P<host>[\w.-]+)|\[[^\]@\s]*@(?P<bracketed>[\w.-]+))")
 
 
 def prompt_host(line: str) -> str | None:
@@ -158,7 +158,7 @@ def compressed_kind(head: bytes) -> tuple[str, str] | None:
 # NUL padding or a few stray control bytes stays far below it; compressed data, executables and
 # core dumps sit far above (half their bytes are not valid UTF-8).
 BINARY_SHARE = 0.30
-_NUL_RUN_RE = re.compile(b"\x00+")
+_NUL_RUN_RE = lazy(b"\x00+")
 
 
 def looks_binary(sample: bytes) -> bool:
