@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from k3diag.analyze.pipeline import analyze_machine
+from k3diag.exit_codes import EXIT_USAGE
 from k3diag.inputs import load_machine
 from k3diag.model.pci import PciDevice
 from k3diag.render import json_report
@@ -74,4 +75,4 @@ def test_cli_refuses_an_absurd_indent() -> None:
     done = subprocess.run([sys.executable, "-m", "k3diag", "analyze", str(EXAMPLE), "--json-indent", "99"],
                           capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 2 and "between 0 and 8" in done.stderr
+    assert done.returncode == EXIT_USAGE and "between 0 and 8" in done.stderr
