@@ -79,9 +79,9 @@ def _report(evidence: list, as_json: bool, fail_on: str) -> int:
 
 
 def _write_json(machine, findings: list, code: int, analysis=None) -> None:
-    from k3diag.render.json_report import build_report, dumps
+    from k3diag.render.json_report import build_report, write
 
     verdict = analysis.verdict.to_json() if analysis is not None else None
     recommendation = analysis.recommendation if analysis is not None else None
     report = build_report(machine, findings, recommendation, verdict, code)
-    sys.stdout.write(dumps(report) + "\n")
+    write(report, sys.stdout)
