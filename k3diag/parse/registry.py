@@ -92,7 +92,8 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec("nvbandwidth", "k3diag.parse.nvbandwidth", "k3diag.join.merge_bench:merge_benchmark",
                hint=r"nvbandwidth|Running |memcpy|SUM ", start=("nvbandwidth Version:",)),
     FormatSpec("rocm-smi-showtopo", "k3diag.parse.rocm_smi", "k3diag.join.merge_amd:merge_rocm_smi",
-               hint=r"between two GPUs|Numa", start=("ROCm System Management Interface",)),
+               # "Numa" as rocm-smi spells it, not the "NUMA Affinity" column of every nvidia-smi topo -m
+               hint=r"between two GPUs|(?-i:Numa)", start=("ROCm System Management Interface",)),
     FormatSpec("amd-smi-topology", "k3diag.parse.amd_smi", "k3diag.join.merge_amd:merge_amd_smi",
                hint=r"TABLE:|link_accessibility|link_type|num_hops|link_status|numa_bandwidth", start=("ACCESS TABLE:",)),
     FormatSpec("amd-smi-static-bus", "k3diag.parse.amd_smi_static", "k3diag.join.merge_amd:merge_amd_smi_static",

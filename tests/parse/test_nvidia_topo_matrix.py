@@ -267,3 +267,13 @@ def test_every_fixture(name: str) -> None:
     assert result.cell(a, b) == path or result.cell(b, a) == path
     assert [row.numa_node for row in sorted(gpu_rows, key=lambda row: row.gpu_index)] == nodes
     assert all(cell.source.line >= 1 and cell.source.input == name for cell in result.cells)
+
+
+def test_a_topo_matrix_does_not_wake_the_rocm_smi_parser(fixtures_dir) -> None:
+    from k3diag.parse.registry import spec_named
+
+    text = (fixtures_dir / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text()
+    assert "NUMA Affinity" in text
+    assert not spec_named("rocm-smi-showtopo").may_match(text)
+    rocm = "============================ Numa Nodes ============================\nGPU[0]\t\t: (Topology) Numa Node: 0"
+    assert spec_named("rocm-smi-showtopo").may_match(rocm)
