@@ -82,6 +82,10 @@ def _left_running(token: str) -> list[str]:
     return found
 
 
+def _hung_nvidia_smi_running(token: str) -> bool:
+    return any("nvidia-smi" in c for c in _left_running(token))
+
+
 def _members(bundle: Path) -> dict[str, bytes]:
     with tarfile.open(bundle) as archive:
         return {m.name.split("/", 1)[1]: archive.extractfile(m).read() for m in archive if m.isfile()}
@@ -158,11 +162,14 @@ def test_sigterm_and_ctrl_c_stop_every_child_and_leave_no_partial_bundle(chaos, 
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any("sleep 300" in c for c in _left_running(token)):
-            time.sleep(0.1)  # until the hung nvidia-smi is running
-        assert any("sleep 300" in c for c in _left_running(token)), "the fake nvidia-smi never started"
+        # Until the hung nvidia-smi itself runs (lspci's setsid child also sleeps 300 s: not the event).
+        while time.monotonic() < deadline and not _hung_nvidia_smi_running(token):
+            time.sleep(0.1)
+        assert _hung_nvidia_smi_running(token), "the fake nvidia-smi never started"
         process.send_signal(signum)
-        _, stderr = process.communicate(timeout=30)
+        # Bounded but generous: stopping the group and exiting takes a second alone, far more on a loaded
+        # 2-core CI machine; the 60 s command timeout is what it must not wait for.
+        _, stderr = process.communicate(timeout=50)
     finally:
         if process.poll() is None:
             process.kill()

@@ -81,7 +81,8 @@ class Cluster:
     def show(self) -> str:
         return self.scontrol("show", "node", NODE)
 
-    def wait_for(self, predicate, what: str, timeout: float = 90.0) -> str:
+    def wait_for(self, predicate, what: str, timeout: float = 180.0) -> str:
+        # Bounded, but sized for a loaded 2-core CI machine where one health-check pass can take a minute.
         deadline = time.monotonic() + timeout
         text = ""
         while time.monotonic() < deadline:
@@ -93,6 +94,23 @@ class Cluster:
         slurmd = (self.root / "log" / "slurmd.log").read_text()[-3000:]
         raise AssertionError(f"timed out waiting for {what}; last `scontrol show node`:\n{text}\nk3diag log:\n{log}\n"
                              f"slurmd log:\n{slurmd}")
+
+    def wait_for_text(self, path: Path, needle: str, timeout: float = 120.0) -> str:
+        """The file's text once it contains `needle` (it may not exist yet: it is written after the event
+        slurmctld shows); fails with the file's last text after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while needle not in _read(path) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        text = _read(path)
+        assert needle in text, f"{path.name} never said {needle!r} within {timeout:g} s; it has:\n{text or '(no file)'}"
+        return text
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def _write_config(root: Path, ctld_port: int, slurmd_port: int) -> None:
@@ -187,19 +205,18 @@ def test_bad_bundle_drains_the_node_with_a_k3diag_reason_and_a_good_one_resumes_
     shown = cluster.wait_for(lambda text: "DRAIN" in text and "Reason=k3diag:" in text, "the k3diag drain")
     assert "Reason=k3diag: pcie-width-below-max GPU2" in shown
     assert "State=" in shown and "DRAIN" in shown.split("State=", 1)[1].split()[0]
-    # The wrapper also wrote the Prometheus file node_exporter would read.
-    prom = (cluster.root / "textfile" / "k3diag.prom").read_text()
+    # slurmctld shows the drain as soon as `k3diag check` asked for it; the check then writes the Prometheus
+    # file node_exporter would read and the wrapper appends its log line: wait for those, not for a time.
+    prom = cluster.wait_for_text(cluster.root / "textfile" / "k3diag.prom", "k3diag_check_success 0")
     assert "k3diag_check_success 0" in prom
-    assert "ERROR: k3diag: pcie-width-below-max GPU2" in cluster.log.read_text()
+    log = cluster.wait_for_text(cluster.log, "ERROR: k3diag: pcie-width-below-max GPU2")
+    assert "ERROR: k3diag: pcie-width-below-max GPU2" in log
 
     cluster.current.write_text(str(GOOD))
     shown = cluster.wait_for(lambda text: "DRAIN" not in text.split("State=", 1)[1].split()[0], "the resume")
     assert "Reason=k3diag" not in shown
-    # slurmctld shows the resume as soon as scontrol asked for it; the wrapper logs the line just after.
-    deadline = time.monotonic() + 30
-    while "slurm: resumed k3node" not in cluster.log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert "slurm: resumed k3node (its drain reason was k3diag: pcie-width-below-max GPU2)" in cluster.log.read_text()
+    log = cluster.wait_for_text(cluster.log, "slurm: resumed k3node")
+    assert "slurm: resumed k3node (its drain reason was k3diag: pcie-width-below-max GPU2)" in log
 
 
 def test_a_node_drained_by_hand_is_not_resumed(cluster: Cluster) -> None:
