@@ -74,7 +74,7 @@ def _host(machine: "Machine", out: Out) -> None:
 def pci_inventory(machine: "Machine", out: Out) -> None:
     """Without GPUs the PCI inventory is what the user can still check (is the card even on the bus?)."""
     devices = [d for d in machine.pci if d.bdf][:MAX_PCI_LISTED]
-    out.line("PCI devices (no GPU among them was usable):", "bold")
+    out.line("PCI devices (no GPU among them was usable; - = not in the evidence):", "bold")
     rows = []
     for device in devices:
         link = device.link

@@ -132,12 +132,21 @@ def _nccl_line(machine: "Machine", out: Out) -> None:
     for run in machine.nccl:
         for family, number in run.transport_counts().items():
             totals[family] = totals.get(family, 0) + number
+    # A long log keeps only the first runs in full (`nccl_runs`); the others are counted in its summary,
+    # and the line counts them too, or a 500-run log would read as 64 communicators.
+    summarized = 0
+    for _, summary in machine.extras.get("nccl_summaries") or []:
+        data = summary.to_json()
+        summarized += data.get("runs_summarized", 0)
+        for family, number in (data.get("summarized_transport_counts") or {}).items():
+            totals[family] = totals.get(family, 0) + number
     versions = sorted({f"{run.library or 'NCCL'} {run.version}" for run in machine.nccl if run.version})
     ranks = max((run.nranks or 0 for run in machine.nccl), default=0)
     what = ", ".join(versions) or "NCCL (version not in the log)"
     size = f", up to {ranks} ranks" if ranks else ""
-    links = ", ".join(f"{family} {n}" for family, n in sorted(totals.items()) if n) or "no connection lines"
-    out.line(f"NCCL: {what}; {len(machine.nccl)} communicator(s){size}; connections {links}", wrap=True, hang=4)
+    links = ", ".join(f"{family} {n}" for family, n in sorted(totals.items()) if n)
+    links = f"connections {links}" if links else "no connection lines in the log"
+    out.line(f"NCCL: {what}; {len(machine.nccl) + summarized} communicator(s){size}; {links}", wrap=True, hang=4)
 
 
 # -- problems, advice, unknowns --------------------------------------------------------------------------

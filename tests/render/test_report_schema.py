@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -131,5 +132,9 @@ def test_no_gpu_host_lists_its_pci_devices() -> None:
     buffer = io.StringIO()
     render(analyze_machine(machine), make_console(buffer), "t")
     out = buffer.getvalue()
-    assert "PCI devices (no GPU among them was usable)" in out
+    assert "PCI devices (no GPU among them was usable; - = not in the evidence):" in out
     assert "0000:00:03.0" in out and "virtio-pci" in out and "1af4:1041" in out
+    # NUMA and link were not in the evidence: the legend's `-`, never `?` or `None`.
+    row = next(line for line in out.splitlines() if "0000:00:03.0" in line)
+    assert re.search(r"virtio-pci\s+-\s+-\s*$", row), row
+    assert "?" not in out and "None" not in out

@@ -71,11 +71,11 @@ def test_no_placeholder_and_the_verdict_agrees_with_the_exit_code(name: str, bui
         assert "NV# (NVLink)" not in terminal
 
 
-@pytest.mark.parametrize("name, build", CASES[:: max(1, len(CASES) // 12)], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("name, build", CASES, ids=[name for name, _ in CASES])
 def test_details_have_no_placeholder_either(name: str, build) -> None:
     analysis = analyze_machine(build())
     buffer = io.StringIO()
     render(analysis, Out(buffer, color=False), "k3diag analyze", details=True)
     own = "\n".join(line for line in buffer.getvalue().splitlines() if not line.lstrip().startswith((">", "!")))
-    for pattern in PLACEHOLDERS[:2]:
+    for pattern in PLACEHOLDERS:
         assert not pattern.search(own), (pattern.pattern, [l for l in own.splitlines() if pattern.search(l)][:3])
