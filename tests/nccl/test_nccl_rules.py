@@ -252,3 +252,31 @@ def test_rules_modules_expose_their_ids():
     docs = Path(__file__).resolve().parents[2] / "docs" / "findings"
     for rule_id in ids:
         assert (docs / f"{rule_id}.md").is_file(), rule_id
+
+
+def test_shm_where_p2p_is_refused_by_design_is_advice_and_where_p2p_should_work_a_warning():
+    """docs/findings/README.md: the design finding is the cause and the SHM pair is advice (info); a pair
+    that meets at the host bridge, where P2P can work, still warns."""
+    machine = Machine()
+    buses = ["04", "05", "08", "09", "84", "85", "88", "89"]
+    for index, bus in enumerate(buses):
+        gpu = machine.gpu(index)
+        gpu.bus_id = f"0000:{bus}:00.0"
+        gpu.numa_node = 0 if index < 4 else 1
+    for a in range(8):
+        for b in range(a + 1, 8):
+            path = "PIX" if a // 2 == b // 2 else ("PHB" if a // 4 == b // 4 else "SYS")
+            machine.add_link(Link(a=f"GPU{a}", b=f"GPU{b}", path=path))
+            if path == "SYS":
+                machine.p2p.append(P2PStatus(src=f"GPU{a}", dst=f"GPU{b}", capability="read", status="CNS"))
+    machine_with_log("nccl-2.7-busid-direct-shared-memory.log", machine)
+    found = {tuple(f.data["ranks"]): f for f in findings(machine, "nccl-same-host-pair-not-p2p")}
+    cross = found[(3, 4)]
+    assert cross.severity == "info" and cross.kind == "info"
+    assert cross.causes[0] == "p2p-not-supported"  # the by-design advisory, found by its pair alias
+    assert "This is expected on this machine: P2P is refused by design between these GPUs" in cross.explanation
+    assert cross.remedy.startswith("Nothing to repair on the node")
+    same_socket = found[(1, 2)]
+    assert same_socket.severity == "warn" and same_socket.kind in ("", "fault")
+    assert "expected on this machine" not in same_socket.explanation
+    assert same_socket.remedy.startswith("Remove NCCL_P2P_DISABLE")

@@ -132,6 +132,17 @@ def _net_explained(run: NcclRun, a: int, b: int, hostnames_unique: bool) -> bool
     return same_process or forced
 
 
+def _design_refusal(earlier: list[Finding], la: str, lb: str) -> str | None:
+    """The key of the design advisory that explains why this pair has no P2P: its pairs are in the
+    advisory's aliases (`gpu-pair-sys@GPU0,GPU4` across sockets, `p2p-not-supported@GPU0,GPU1` for a
+    refusal by design such as GeForce's GNS); None when nothing by design explains it."""
+    for alias in (f"p2p-not-supported@{la},{lb}", f"gpu-pair-sys@{la},{lb}"):
+        for finding in earlier:
+            if alias in finding.aliases:
+                return finding.key
+    return None
+
+
 def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad: list[NcclConnection],
                   p2p_pair_count: int, pair_count: int, earlier: list[Finding]) -> Finding:
     transport = "SHM" if any(c.transport == "SHM" for c in bad) else "NET"
@@ -190,6 +201,11 @@ def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad
         reasons.append(f"NCCL classified their path as {path.path_type}")
         if path.source:
             evidence.append(path.source)
+    # SHM is NCCL's best path where the machine refuses P2P by design (GeForce; across sockets): advice with
+    # the design finding as its cause, not a fault (docs/findings/README.md). A setting that turned P2P off
+    # is still the user's to fix, and SHM where P2P should work stays a warning.
+    design = (_design_refusal(earlier, f"GPU{min(gpu_a, gpu_b)}", f"GPU{max(gpu_a, gpu_b)}")
+              if gpus_known and transport == "SHM" and not any(c.startswith("nccl-env") for c in causes) else None)
     where = f"GPU{gpu_a} and GPU{gpu_b} ({basis_a})" if gpus_known else "GPUs k3diag could not map"
     others = (
         f"while {p2p_pair_count} other pair(s) on this host use P2P"
@@ -199,19 +215,26 @@ def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad
     channel = f"on channel {first.channel}" if first.channel is not None else ""
     cause_text = ("; likely cause: " + "; ".join(dict.fromkeys(reasons))) if reasons else ""
     subjects = [f"{host}:rank{a}", f"{host}:rank{b}"]
+    if design is not None:
+        causes = [design] + [c for c in causes if c != design]
+    expected = (" This is expected on this machine: P2P is refused by design between these GPUs, so host memory is "
+                "the best path NCCL has; it only matters if a tensor-parallel group spans them." if design else "")
     return Finding(
         id="nccl-same-host-pair-not-p2p",
-        severity="warn",
+        severity="info" if design else "warn",
+        kind="info" if design else "",
         subjects=subjects,
         title=f"ranks {a} and {b} on {host} talk through {transport} {channel} {others}".replace("  ", " "),
         explanation=(
             f"In {_run_label(run)}, ranks {a} and {b} run on the same host ({host}, {where}) but NCCL moves their "
             f"data through {medium} ({first.via}) instead of GPU peer-to-peer{cause_text}. Host-memory staging "
             "costs two PCIe crossings and CPU memory bandwidth per transfer; in a ring or tree every step waits "
-            "for the slowest pair, so this pair sets the pace of every collective of the communicator."
+            "for the slowest pair, so this pair sets the pace of every collective of the communicator." + expected
         ),
         evidence=list(dict.fromkeys(evidence))[:6],
         remedy=(
+            "Nothing to repair on the node: keep tensor-parallel peers on GPUs that have P2P (behind one PCIe switch "
+            "or socket) and put pipeline or data parallelism across these pairs." if design else
             "Remove NCCL_P2P_DISABLE / restrictive NCCL_P2P_LEVEL settings unless they work around a known hang; "
             "keep tensor-parallel peers on GPUs behind one PCIe switch or socket; if the driver refuses P2P "
             "(topo -p2p not OK) look at ACS/IOMMU on the bridges above both GPUs."
