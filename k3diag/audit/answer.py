@@ -93,6 +93,9 @@ class AuditReport:
     model: str | None = None
     analyzable: bool = True
     drawing: dict = field(default_factory=dict)  # what the HTML drawing needs (see audit.drawing)
+    # When the bundle describes several machines: which one the audit answers for, and where each input went
+    # (see audit.checklist.choose_machine); empty for a bundle of one machine.
+    machines: dict = field(default_factory=dict)
 
     @property
     def no_gpu(self) -> bool:
@@ -150,6 +153,22 @@ class AuditReport:
             text += ". The evidence supports the offer."
         return text
 
+    def machines_lines(self) -> list[str]:
+        """What the reader must know first when the bundle mixes machines: the sentence, then one line per
+        machine (audited or set aside) with its inputs and why each went there."""
+        if not self.machines:
+            return []
+        lines = [str(self.machines.get("sentence", ""))]
+        for entry in self.machines.get("machines", []):
+            mark = "audited" if entry.get("audited") else "set aside"
+            lines.append(f"machine {entry.get('machine')} ({mark}): {entry.get('label')}")
+            for item in entry.get("inputs", []):
+                reason = item.get("reason") or ""
+                lines.append(f"  {item.get('input')}" + (f": {reason}" if reason else ""))
+        for item in self.machines.get("unplaced", []):
+            lines.append(f"not placed: {item.get('input')}: {item.get('reason')}")
+        return lines
+
     def to_json(self) -> dict:
         from k3diag import __version__
 
@@ -169,6 +188,7 @@ class AuditReport:
             "warnings": list(self.warnings),
             "inputs": list(self.inputs),
             "findings": list(self.findings),
+            "machines": dict(self.machines) if self.machines else None,
         }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from k3diag.audit.answer import PASS, UNKNOWN, WARN, Answer, AuditReport
+from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer, AuditReport
 from k3diag.audit.context import AuditContext
 from k3diag.audit.q_network import answer_gpudirect_rdma, answer_multi_node_network
 from k3diag.audit.q_nccl import answer_nccl_allreduce
@@ -93,6 +93,7 @@ def audit_machine(
     spec: Any = None,
     spec_path: str | None = None,
     warnings: list[str] | None = None,
+    machines_note: dict | None = None,
 ) -> AuditReport:
     """Answer every question for a built machine; `spec` is a parsed purchase spec (audit.spec.Spec)."""
     ctx = AuditContext(machine=machine, findings=findings, evidence=evidence, model=model, source=source)
@@ -102,6 +103,7 @@ def audit_machine(
         from k3diag.audit.spec import check_spec
 
         checks = check_spec(spec, machine)
+        _agree_on_nics(answers, checks)
     from k3diag.audit.drawing import drawing_data
 
     try:
@@ -126,7 +128,26 @@ def audit_machine(
         model=model,
         analyzable=bool(getattr(machine, "analyzable", True)),
         drawing=drawing,
+        machines=machines_note or {},
     )
+
+
+def _agree_on_nics(answers: list[Answer], checks: list[Any]) -> None:
+    """The purchase spec's NIC count and the NIC question speak of the same NICs: a count the evidence
+    contradicts is said in both places, so the table and the answer never disagree."""
+    check = next((c for c in checks if c.item == "nic.count"), None)
+    answer = next((a for a in answers if a.id == "multi-node-network"), None)
+    if check is None or answer is None:
+        return
+    answer.data["expected_nics"] = check.expected
+    if check.verdict == FAIL:
+        answer.verdict = FAIL
+        answer.summary = (f"The purchase spec expects {check.expected} NIC(s), but the evidence shows {check.actual}. "
+                          + answer.summary)
+    elif check.verdict == UNKNOWN:
+        answer.details.insert(0, f"the purchase spec expects {check.expected} NIC(s); the evidence shows none yet")
+    else:
+        answer.details.insert(0, f"the purchase spec expects {check.expected} NIC(s): {check.actual} found, as expected")
 
 
 def _finding_json(finding: Any) -> dict:
@@ -146,7 +167,7 @@ def audit_bundle(path: Path, model: str | None = None, spec_path: Path | None = 
     """
     from k3diag.analyze.engine import run_rules
     from k3diag.bundle import DEFAULT_LIMITS, read_bundle
-    from k3diag.join.build import build_machine
+    from k3diag.join.machines import build_machines
 
     spec = None
     if spec_path is not None:
@@ -154,13 +175,76 @@ def audit_bundle(path: Path, model: str | None = None, spec_path: Path | None = 
 
         spec = load_spec(spec_path)
     bundle = read_bundle(path, limits or DEFAULT_LIMITS)
-    machine = build_machine(bundle.evidence)
+    machines = build_machines(bundle.evidence)
+    machine, note = choose_machine(machines, bundle.manifest)
+    warnings = list(bundle.warnings)
+    if note is not None:
+        # Inputs no machine could take are not in any machine's records: their warnings are said here.
+        for record in machines.unplaced:
+            warnings.extend(f"{record.path}: {warning}" for warning in record.warnings)
+        warnings.extend(f"{n.subject}: {n.message}" for n in machines.notes if n.subject != "inputs")
     _apply_manifest(machine, bundle.manifest)
     findings = run_rules(machine)
     return audit_machine(
         machine, findings, bundle.evidence, source=path.name or str(path), manifest=bundle.manifest, model=model,
-        spec=spec, spec_path=str(spec_path) if spec_path else None, warnings=bundle.warnings,
+        spec=spec, spec_path=str(spec_path) if spec_path else None, warnings=warnings, machines_note=note,
     )
+
+
+def _manifest_hostname(manifest: dict) -> str | None:
+    info = manifest.get("host") if isinstance(manifest, dict) else None
+    if isinstance(info, dict):
+        info = info.get("hostname")
+    return info.strip().lower() if isinstance(info, str) and info.strip() else None
+
+
+def choose_machine(machines: Any, manifest: dict) -> tuple[Any, dict | None]:
+    """The machine the audit answers for, and (when the bundle holds several) what the reader must be told.
+
+    A bundle is meant to come from one host; when its inputs describe several machines the audit never
+    joins them into one verdict: it answers for the host the manifest names, else for the machine with a
+    GPU inventory (the most GPUs counted), else the one with the most inputs, and says which input went where.
+    """
+    from k3diag.join.grouping import describe
+
+    if not machines.several:
+        return machines.machines[0], None
+    hostname = _manifest_hostname(manifest)
+    chosen_index, why = None, ""
+    if hostname is not None:
+        for index, candidate in enumerate(machines.machines):
+            names = {str(h).strip().lower() for h in candidate.identity.values("hostnames")}
+            if hostname in names:
+                chosen_index, why = index, f"the bundle's manifest names its host, {hostname}"
+                break
+    if chosen_index is None:
+        inventories = [(int(candidate.identity.gpu_count.value), -index) for index, candidate in enumerate(machines.machines)
+                       if candidate.identity.gpu_count is not None]
+        if inventories:
+            chosen_index = -max(inventories)[1]
+            why = "it is the machine with a GPU inventory"
+            if hostname is not None:
+                why = f"no input names the manifest's host ({hostname}); " + why
+    if chosen_index is None:
+        chosen_index = max(range(len(machines.machines)), key=lambda i: (len(machines.machines[i].inputs), -i))
+        why = "no input names the manifest's host and none holds a GPU inventory; it has the most inputs"
+    listing = []
+    for index, candidate in enumerate(machines.machines):
+        listing.append({
+            "machine": index + 1,
+            "label": candidate.label or describe(candidate.identity),
+            "audited": index == chosen_index,
+            "inputs": [{"input": record.path, "reason": record.machine_reason or ""}
+                       for record in candidate.inputs],
+        })
+    unplaced = [{"input": record.path, "reason": record.machine_reason or ""} for record in machines.unplaced]
+    count = len(machines.machines)
+    chosen = machines.machines[chosen_index]
+    sentence = (f"This bundle holds evidence of {count} different machines. The audit answers for machine "
+                f"{chosen_index + 1} ({listing[chosen_index]['label']}) only, because {why}; the other machines' "
+                "inputs are set aside, never joined into its verdict. Ask the vendor why the bundle mixes machines.")
+    return chosen, {"count": count, "audited": chosen_index + 1, "reason": why, "sentence": sentence,
+                    "machines": listing, "unplaced": unplaced}
 
 
 def _apply_manifest(machine: Any, manifest: dict) -> None:

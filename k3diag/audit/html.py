@@ -51,6 +51,10 @@ th,td{border:1px solid #cfd8dc;padding:4px 6px;text-align:left;vertical-align:to
 th{background:#eceff1}
 section.more{padding:0 24px 24px 24px}
 .warnings li{font-size:12.5px;color:#5d4037}
+.machines{margin:14px 24px 0 24px;padding:10px 16px;border-radius:6px;background:#fff3e0;border-left:8px solid #ef6c00;
+ font-size:13px}
+.machines p{margin:0 0 6px 0}.machines ul{margin:0 0 0 18px;padding:0}.machines li.sub{margin-left:18px;color:#5d4037;
+ font-size:12.5px;word-break:break-word}
 footer{padding:10px 24px 30px 24px;color:#78909c;font-size:12px}
 """
 
@@ -105,6 +109,13 @@ def render_html(report: AuditReport) -> str:
         f"<style>{_CSS}</style></head><body>",
         f"<header><h1>Vendor audit: {_e(report.source)}</h1>"
         f'<div class="meta">{" · ".join(_e(bit) for bit in meta_bits)}</div></header>',
+    ]
+    machine_lines = report.machines_lines()
+    if machine_lines:
+        items = "".join(f'<li class="{"sub" if line.startswith("  ") else "top"}">{_e(line.strip())}</li>'
+                        for line in machine_lines[1:])
+        body.append(f'<div class="machines"><p><b>{_e(machine_lines[0])}</b></p><ul>{items}</ul></div>')
+    body += [
         f'<div class="verdict v-{verdict_class}">{_e(report.verdict_sentence())}</div>',
         '<div class="layout">',
         '<div class="drawing"><h2>The machine</h2>' + render_svg(report.drawing or {}) + "</div>",

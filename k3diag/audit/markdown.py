@@ -74,6 +74,10 @@ def render_markdown(report: AuditReport) -> str:
         meta.append(f"target model {_code(report.model)}")
     if meta:
         out += [", ".join(meta), ""]
+    machine_lines = report.machines_lines()
+    if machine_lines:
+        out += [f"> **{_prose(machine_lines[0])}**", ""]
+        out += [("  - " if line.startswith("  ") else "- ") + _prose(line.strip()) for line in machine_lines[1:]] + [""]
     out += [f"**{_prose(report.verdict_sentence())}**", ""]
     out += ["| # | verdict | question | answer |", "|---|---|---|---|"]
     for number, answer in enumerate(report.answers, start=1):

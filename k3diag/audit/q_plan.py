@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from k3diag.audit import facts
-from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer
+from k3diag.audit.answer import PASS, UNKNOWN, WARN, Answer
 from k3diag.audit.context import AuditContext
 from k3diag.model.topology import path_rank
 
@@ -283,12 +283,36 @@ def answer_parallelism(ctx: AuditContext) -> Answer:
                           "a shorter context may fit.")
         answer.request = f"k3diag advise --model {ctx.model} --from {ctx.source} --context 131072"
     else:
-        answer.verdict = FAIL
-        answer.summary = f"{name} does not fit on this machine in any DP/TP/PP/EP layout."
-        for suggestion in facts.as_list(shape.get("suggestions"))[:3]:
-            answer.details.append(str(suggestion))
+        # A model too big for the machine is a planning answer, not a defect of the machine: WARN, with the
+        # shortfall and what would fit, never FAIL (a FAIL means "do not accept the machine").
+        answer.verdict = WARN
+        suggestions = [str(item) for item in facts.as_list(shape.get("suggestions"))[:3]]
+        shortfall = _shortfall(layouts)
+        if shortfall is not None:
+            missing, layout = shortfall
+            answer.summary = (f"{name} does not fit on this machine: even its best layout, {_layout_text(layout)}, "
+                              f"needs {missing:.1f} more GiB per GPU. This is a sizing answer, not a machine defect")
+        else:
+            answer.summary = f"{name} does not fit on this machine in any DP/TP/PP/EP layout; a sizing answer, not a defect"
+        answer.summary += (f"; what would fit: {suggestions[0].rstrip('.')}" if suggestions else "") + "."
+        answer.details.extend(suggestions)
+        answer.data["needs_gib_per_gpu"] = round(shortfall[0], 1) if shortfall is not None else None
+        answer.data["would_fit"] = suggestions
+        answer.request = f"k3diag advise --model {ctx.model} --from {ctx.source}   (every layout, dtype and GPU count)"
     del generates
     return answer
+
+
+def _shortfall(layouts: list[dict]) -> tuple[float, dict] | None:
+    """The smallest per-GPU memory shortfall among the layouts (free GiB below zero), and its layout."""
+    best: tuple[float, dict] | None = None
+    for layout in layouts:
+        free = facts.as_float(_dict(layout.get("per_gpu")).get("free_gib"))
+        if free is None or free >= 0:
+            continue
+        if best is None or -free < best[0]:
+            best = (-free, layout)
+    return best
 
 
 def _level(levels: dict, name: str) -> str | None:

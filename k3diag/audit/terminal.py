@@ -35,6 +35,11 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
 
     console = safe_console(file=stream, highlight=False, soft_wrap=False)
     console.print(f"[bold]Vendor audit:[/bold] {escape(report.source)}")
+    machine_lines = report.machines_lines()
+    if machine_lines:
+        console.print(f"[bold yellow]{escape(machine_lines[0])}[/]")
+        for line in machine_lines[1:] if verbose else []:
+            console.print(f"  {escape(line)}")
     console.print(f"[{_STYLE[report.verdict]}]{escape(report.verdict_sentence())}[/]")
     table = Table(show_lines=False, expand=True)
     table.add_column("#", justify="right", width=3)
@@ -73,7 +78,12 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
 def render_plain(report: AuditReport, verbose: bool = True) -> str:
     # Every string that can carry bundle text is shown with its control characters escaped (`\x1b`):
     # piped output is still read on a terminal, by `less -R` or `cat`.
-    lines = [f"Vendor audit: {_t(report.source)}", _t(report.verdict_sentence()), ""]
+    lines = [f"Vendor audit: {_t(report.source)}"]
+    machine_lines = report.machines_lines()
+    if machine_lines:
+        lines.append(_t(machine_lines[0]))
+        lines += [f"  {_t(line)}" for line in (machine_lines[1:] if verbose else [])]
+    lines += [_t(report.verdict_sentence()), ""]
     for number, answer in enumerate(report.answers, start=1):
         lines.append(f"{number:>2}. [{answer.verdict}] {_t(answer.question)}")
         lines.append(f"    {_t(answer.summary)}")

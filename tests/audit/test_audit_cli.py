@@ -46,27 +46,73 @@ def test_good_bundle_verdicts() -> None:
 
 
 def test_bad_bundle_verdicts() -> None:
+    """The bad bundle mixes outputs of four machines (see fixtures/bundles/SOURCES.md): the audit answers for
+    the one with the GPU inventory (the L40S NVML readings) and never borrows the others' evidence."""
     result = _run(str(BAD), "--json")
+    data = json.loads(result.stdout)
     verdicts = _answers(result)
     assert verdicts["pcie-x16"] == "FAIL"  # GPU2 at x8
     assert verdicts["cpu-numa"] == "WARN"  # 16 pairs across sockets
     assert verdicts["path-classes"] == "WARN"
-    assert verdicts["pcie-switch"] == "PASS"  # the PLX PEX 8725 in lspci
-    assert verdicts["p2p"] == "FAIL"  # CNS across sockets (and SHM in the NCCL log)
-    assert verdicts["acs-iommu"] == "FAIL"  # ReqRedir+ CmpltRedir+ on the PLX port
+    assert verdicts["pcie-switch"] == "PASS"  # PIX pairs in the NVML topology
+    assert verdicts["p2p"] == "FAIL"  # CNS across sockets in the NVML P2P status
+    # The ACS redirect is in an lspci from another machine, the SHM fallback and the 6.13 GB/s average in an
+    # L20 host's NCCL log: none of them is this machine's evidence.
+    assert verdicts["acs-iommu"] == "UNKNOWN"
+    assert verdicts["nccl-allreduce"] == "UNKNOWN"
     assert verdicts["tp2-vs-tp4"] == "WARN"  # TP4 must cross NODE
-    assert verdicts["nccl-allreduce"] == "WARN"  # only the SHM run's average, 6.13 GB/s, below ~12 expected
     assert verdicts["parallelism"] == "UNKNOWN"
     assert verdicts["gpudirect-rdma"] == "UNKNOWN" and verdicts["multi-node-network"] == "UNKNOWN"
     assert result.exit_code == 2
-    p2p = next(a for a in json.loads(result.stdout)["answers"] if a["id"] == "p2p")
+    p2p = next(a for a in data["answers"] if a["id"] == "p2p")
     assert any(line.startswith("CNS (chipset not supported") and "16 GPU pair(s)" in line for line in p2p["details"])
-    assert any("CANNOT Access Peer for GPU0->GPU1" in line for line in p2p["details"])
-    assert any(line.startswith("NCCL used SHM (host memory) between ranks 0-4") for line in p2p["details"])
-    data = json.loads(result.stdout)
+    assert not any("CANNOT Access Peer" in line or "SHM" in line for line in p2p["details"])
     x16 = next(a for a in data["answers"] if a["id"] == "pcie-x16")
     assert x16["evidence"][0]["input"] == "bad-8x-pcie-dual-socket:evidence/nvml-readings.json"
     assert "nvmlDeviceGetCurrPcieLinkWidth=8" in x16["evidence"][0]["text"]
+    machines = data["machines"]
+    assert machines["count"] == 4 and machines["audited"] == 1
+    assert [m["audited"] for m in machines["machines"]] == [True, False, False, False]
+    audited_inputs = {i["input"] for i in machines["machines"][0]["inputs"]}
+    assert audited_inputs == {"bad-8x-pcie-dual-socket:evidence/nvml-readings.json"}
+    assert {i["path"] for i in data["inputs"]} == audited_inputs
+
+
+def test_mixed_bundle_says_so_at_the_top() -> None:
+    """Before any verdict the reader learns the bundle holds several machines, which one is audited and why,
+    and where each input went."""
+    lines = _run(str(BAD), "--brief").stdout.splitlines()
+    assert lines[0] == "Vendor audit: bad-8x-pcie-dual-socket"
+    assert lines[1].startswith("This bundle holds evidence of 4 different machines. The audit answers for machine 1 "
+                               "(8 GPUs, NVIDIA L40S, driver 550.90.07) only, because no input names the manifest's "
+                               "host (host-2); it is the machine with a GPU inventory")
+    assert lines[2].startswith("FAIL: ")  # the verdict comes right after, for machine 1 alone
+    full = _run(str(BAD)).stdout
+    assert "  machine 3 (set aside): host 2080ti-R01, 8 GPU(s) seen, NVIDIA GeForce RTX 2080 Ti" in full
+    assert ("    bad-8x-pcie-dual-socket:evidence/lspci-vvv.txt: it names no host or GPU, so nothing ties it to one "
+            "of the 3 machines") in full
+    assert full.index("machine 4 (set aside)") < full.index(" 1. [FAIL]")
+
+
+def test_bundle_of_one_machine_has_no_machine_note() -> None:
+    result = _run(str(GOOD), "--json")
+    assert json.loads(result.stdout)["machines"] is None
+    assert "different machines" not in _run(str(GOOD)).stdout
+
+
+def test_manifest_host_picks_the_audited_machine(tmp_path: Path) -> None:
+    """A manifest naming the host of one of the machines makes that one the audited machine."""
+    bundle = read_bundle(BAD)
+    manifest = dict(bundle.manifest, host={"hostname": "sh9-machine-20250813085604-64df4c99dc-m27xf"})
+    target = tmp_path / "mixed.tar.gz"
+    write_bundle(list(bundle.evidence), manifest, target)
+    data = json.loads(_run(str(target), "--json").stdout)
+    assert data["machines"]["audited"] == 2
+    assert "because the bundle's manifest names its host, sh9-machine-20250813085604-64df4c99dc-m27xf" in \
+        data["machines"]["sentence"]
+    verdicts = {a["id"]: a["verdict"] for a in data["answers"]}
+    assert verdicts["nccl-allreduce"] == "WARN"  # this host's own 6.13 GB/s average
+    assert verdicts["pcie-x16"] != "FAIL"  # the L40S x8 reading is another machine's
 
 
 def test_reports_are_written(tmp_path: Path) -> None:
@@ -146,3 +192,15 @@ def test_example_bundles_are_clean_k3diag_bundles(bundle: Path) -> None:
     read = read_bundle(bundle)
     assert read.manifest["schema"] == "k3diag.bundle/1"
     assert not [w for w in read.warnings if "not listed in the manifest" in w]
+
+
+def test_a_model_too_big_is_a_sizing_answer_not_a_failed_machine() -> None:
+    """Kimi K3 does not fit in 8x H100 80GB: the answer says by how much and what would fit; the machine
+    itself is not failed for it (no FAIL verdict, exit 1 as for the unmeasured NCCL answer)."""
+    result = _run(str(GOOD), "--model", "k3", "--brief")
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith("WARN: 9 pass, 1 warn, 0 fail, 2 unknown of 12 questions. Usable")
+    row = lines[lines.index(" 8. [WARN] Which of DP, TP, PP and EP does the target model need on this machine?") + 1]
+    assert "Kimi K3 does not fit on this machine: even its best layout" in row
+    assert "more GiB per GPU. This is a sizing answer, not a machine defect; what would fit: More of the same: " in row
+    assert result.exit_code == 1
