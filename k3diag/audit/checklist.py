@@ -102,7 +102,7 @@ def audit_machine(
     if spec is not None:
         from k3diag.audit.spec import check_spec
 
-        checks = check_spec(spec, machine)
+        checks = check_spec(spec, machine, evidence)
         _agree_on_nics(answers, checks)
     from k3diag.audit.drawing import drawing_data
 
@@ -133,8 +133,8 @@ def audit_machine(
 
 
 def _agree_on_nics(answers: list[Answer], checks: list[Any]) -> None:
-    """The purchase spec's NIC count and the NIC question speak of the same NICs: a count the evidence
-    contradicts is said in both places, so the table and the answer never disagree."""
+    """The purchase spec's NIC count and the NIC question speak of the same NICs (`facts.network_nics`): a
+    count the evidence contradicts is said in both places, so the spec table and the answer never disagree."""
     check = next((c for c in checks if c.item == "nic.count"), None)
     answer = next((a for a in answers if a.id == "multi-node-network"), None)
     if check is None or answer is None:
@@ -145,9 +145,10 @@ def _agree_on_nics(answers: list[Answer], checks: list[Any]) -> None:
         answer.summary = (f"The purchase spec expects {check.expected} NIC(s), but the evidence shows {check.actual}. "
                           + answer.summary)
     elif check.verdict == UNKNOWN:
-        answer.details.insert(0, f"the purchase spec expects {check.expected} NIC(s); the evidence shows none yet")
+        answer.summary = (f"The purchase spec expects {check.expected} NIC(s); the evidence shows {check.actual}, "
+                          f"which does not settle the count (run: {check.request}). " + answer.summary)
     else:
-        answer.details.insert(0, f"the purchase spec expects {check.expected} NIC(s): {check.actual} found, as expected")
+        answer.details.insert(0, f"the purchase spec expects {check.expected} NIC(s): {check.actual}, as expected")
 
 
 def _finding_json(finding: Any) -> dict:
@@ -185,8 +186,13 @@ def audit_bundle(path: Path, model: str | None = None, spec_path: Path | None = 
         warnings.extend(f"{n.subject}: {n.message}" for n in machines.notes if n.subject != "inputs")
     _apply_manifest(machine, bundle.manifest)
     findings = run_rules(machine)
+    evidence = list(bundle.evidence)
+    if note is not None:
+        # Questions that read raw lines (lsmod, NCCL's NET lines) read only the audited machine's files.
+        own = {record.path for record in machine.inputs}
+        evidence = [item for item in evidence if item.name in own]
     return audit_machine(
-        machine, findings, bundle.evidence, source=path.name or str(path), manifest=bundle.manifest, model=model,
+        machine, findings, evidence, source=path.name or str(path), manifest=bundle.manifest, model=model,
         spec=spec, spec_path=str(spec_path) if spec_path else None, warnings=warnings, machines_note=note,
     )
 

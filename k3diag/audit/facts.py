@@ -433,3 +433,69 @@ def raw_text_search(evidence: Iterable[Any], pattern: re.Pattern[str], limit_byt
                 if len(refs) >= 6:
                     return refs
     return refs
+
+
+_NCCL_IB_DEVICES_RE = re.compile(r"NET/IB\s*:\s*Using\s+(?P<devs>.*?)\s*;\s*OOB")
+_NCCL_IB_DEVICE_RE = re.compile(r"\[\d+\](?P<dev>[A-Za-z][\w.-]*?)(?::\d+)?/(?:IB|RoCE)")
+_NIC_PCI_CLASS_RE = re.compile(r"Infiniband controller|Ethernet controller|Network controller", re.I)
+
+
+@dataclasses.dataclass
+class NicCount:
+    """How many network NICs the evidence shows, counted one way for every place that says it."""
+
+    count: int
+    names: list[str]
+    how: str  # where the count comes from, in words
+    refs: list[SourceRef]
+    # NCCL names only the devices its channels used: the machine may have more, so the count is a floor.
+    lower_bound: bool = False
+
+    def text(self) -> str:
+        shown = ", ".join(self.names[:8]) + (f" and {len(self.names) - 8} more" if len(self.names) > 8 else "")
+        floor = "at least " if self.lower_bound else ""
+        return f"{floor}{self.count} ({self.how}: {shown})" if self.names else f"{floor}{self.count} ({self.how})"
+
+
+def network_nics(machine: Any, evidence: Iterable[Any] = ()) -> NicCount | None:
+    """The NICs for network traffic: those `nvidia-smi topo -m` or sysfs list (NVSwitch management ports, VPD
+    SW_MNG, not counted), else the NIC functions lspci shows, else the RDMA devices NCCL said it used."""
+    nics = attr(machine, "nics", {}) or {}
+    names = sorted((name for name, nic in nics.items() if not attr(nic, "management_port")),
+                   key=lambda n: (len(n), n))
+    if names:
+        refs = dedupe_refs([ref for name in names for ref in refs_of(nics[name])[:1]], 3)
+        managed = len(nics) - len(names)
+        how = "as nvidia-smi topo -m lists them" + (f", {managed} NVSwitch management port(s) not counted"
+                                                    if managed else "")
+        return NicCount(len(names), names, how, refs)
+    devices = [d for d in attr(machine, "pci", []) or []
+               if _NIC_PCI_CLASS_RE.search(f"{attr(d, 'class_name') or ''} {attr(d, 'description') or ''}")]
+    if devices:
+        return NicCount(len(devices), [str(attr(d, "bdf")) for d in devices], "NIC PCI functions in lspci",
+                        dedupe_refs([attr(d, "source") for d in devices], 3))
+    used: list[str] = []
+    refs: list[SourceRef] = []
+    for ref in raw_text_search(evidence, _NCCL_IB_DEVICES_RE):
+        match = _NCCL_IB_DEVICES_RE.search(ref.text or "")
+        for device in _NCCL_IB_DEVICE_RE.finditer(match.group("devs") if match else ""):
+            if device.group("dev") not in used:
+                used.append(device.group("dev"))
+                refs.append(ref)
+    if used:
+        return NicCount(len(used), used, "RDMA devices NCCL used (NET/IB)", dedupe_refs(refs, 3), lower_bound=True)
+    # Last, the NET devices NCCL's channels went through (`via NET/IB/3/GDRDMA`: device 3 of the host).
+    indices: dict[str, SourceRef | None] = {}
+    for run in nccl_runs(machine):
+        for conn in attr(run, "connections", []) or []:
+            found = _NCCL_NET_VIA_RE.match(str(attr(conn, "via") or ""))
+            if str(attr(conn, "transport") or "").upper() == "NET" and found and found.group(0) not in indices:
+                indices[found.group(0)] = attr(conn, "source")
+    if indices:
+        names = sorted(indices, key=lambda n: (len(n), n))
+        return NicCount(len(names), names, "NET devices NCCL's channels used",
+                        dedupe_refs([indices[n] for n in names], 3), lower_bound=True)
+    return None
+
+
+_NCCL_NET_VIA_RE = re.compile(r"NET/(?:IB|Socket)/\d+")

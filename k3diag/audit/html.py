@@ -36,8 +36,10 @@ h2{font-size:16px;margin:6px 0 10px 0}
 .q{background:#fff;border:1px solid #cfd8dc;border-radius:6px;padding:10px 12px;margin-bottom:10px}
 .q h3{margin:0;font-size:14px;display:flex;gap:8px;align-items:baseline}
 .seed{color:#607d8b;font-size:12px;margin:2px 0 6px 0}
-.badge{display:inline-block;min-width:64px;text-align:center;padding:2px 6px;border-radius:4px;font-size:12px;
- font-weight:bold;color:#fff}
+.seed:lang(zh){font-family:"Noto Sans CJK TC","Noto Sans CJK SC","Source Han Sans TC","PingFang TC",
+ "Microsoft JhengHei","WenQuanYi Micro Hei",sans-serif}
+.badge{display:inline-block;flex:0 0 auto;min-width:76px;white-space:nowrap;text-align:center;padding:2px 6px;
+ border-radius:4px;font-size:12px;font-weight:bold;color:#fff}
 .b-pass{background:#2e7d32}.b-warn{background:#f9a825;color:#212121}.b-fail{background:#c62828}
 .b-unknown{background:#78909c}
 .summary{margin:4px 0}
@@ -64,11 +66,15 @@ def _e(text: object) -> str:
     return escape(escape_terminal(text, multiline=True), quote=True)
 
 
-def _answer_html(answer: Answer) -> str:
+LANGUAGES = ("en", "zh")
+
+
+def _answer_html(answer: Answer, lang: str = "en") -> str:
     badge = _BADGE.get(answer.verdict, "unknown")
     parts = [f'<div class="q" id="q-{_e(answer.id)}"><h3><span class="badge b-{badge}">{_e(answer.verdict)}</span>'
              f'<span>{_e(answer.question)}</span></h3>']
-    if answer.seed:
+    if answer.seed and lang == "zh":
+        # The seed checklist's own (Chinese) wording, only on request: without CJK fonts it is boxes.
         parts.append(f'<div class="seed" lang="zh">{_e(answer.seed)}</div>')
     parts.append(f'<p class="summary">{_e(answer.summary)}</p>')
     if answer.details:
@@ -85,7 +91,8 @@ def _answer_html(answer: Answer) -> str:
     return "".join(parts)
 
 
-def render_html(report: AuditReport) -> str:
+def render_html(report: AuditReport, lang: str = "en") -> str:
+    """`lang="zh"` adds the seed article's Chinese wording under each question (English is the default)."""
     manifest = report.manifest or {}
     host = manifest.get("host") if isinstance(manifest.get("host"), dict) else {}
     meta_bits = [f"bundle {report.source}"]
@@ -119,7 +126,7 @@ def render_html(report: AuditReport) -> str:
         f'<div class="verdict v-{verdict_class}">{_e(report.verdict_sentence())}</div>',
         '<div class="layout">',
         '<div class="drawing"><h2>The machine</h2>' + render_svg(report.drawing or {}) + "</div>",
-        '<div class="checklist"><h2>The checklist</h2>' + "".join(_answer_html(a) for a in report.answers) + "</div>",
+        '<div class="checklist"><h2>The checklist</h2>' + "".join(_answer_html(a, lang) for a in report.answers) + "</div>",
         "</div>",
     ]
     if report.spec_path:

@@ -59,7 +59,7 @@ def _fence(lines: list[str]) -> str:
     return f"{fence}text\n{body}\n{fence}"
 
 
-def render_markdown(report: AuditReport) -> str:
+def render_markdown(report: AuditReport, lang: str = "en") -> str:
     out: list[str] = [f"# Vendor audit: {_code(report.source)}", ""]
     manifest = report.manifest or {}
     host = manifest.get("host") if isinstance(manifest.get("host"), dict) else {}
@@ -85,7 +85,7 @@ def render_markdown(report: AuditReport) -> str:
     out.append("")
     for number, answer in enumerate(report.answers, start=1):
         out += [f"## {number}. {_prose(answer.question)} — {answer.verdict}", ""]
-        if answer.seed:
+        if answer.seed and lang == "zh":
             out += [f"> {_prose(answer.seed)}", ""]
         out += [_prose(answer.summary), ""]
         for line in answer.details[:40]:

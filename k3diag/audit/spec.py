@@ -116,7 +116,7 @@ def _squash(text: str) -> str:
     return re.sub(r"[\s_-]+", "", text).lower()
 
 
-def check_spec(spec: Spec, machine: Any) -> list[SpecCheck]:
+def check_spec(spec: Spec, machine: Any, evidence: Any = ()) -> list[SpecCheck]:
     checks: list[SpecCheck] = []
     gpus = facts.gpus(machine)
     if spec.gpu_count is not None:
@@ -162,12 +162,18 @@ def check_spec(spec: Spec, machine: Any) -> list[SpecCheck]:
     if spec.nvlinks is not None:
         checks.append(_nvlink_check(spec.nvlinks, gpus, machine))
     if spec.nic_count is not None:
-        nics = attr(machine, "nics", {}) or {}
+        counted = facts.network_nics(machine, evidence)
+        if counted is None:
+            verdict = UNKNOWN
+        elif counted.count >= spec.nic_count:
+            verdict = PASS
+        else:  # fewer than expected: a failure when the NICs were listed, unsettled when only NCCL named some
+            verdict = UNKNOWN if counted.lower_bound else FAIL
         checks.append(SpecCheck(
-            item="nic.count", expected=str(spec.nic_count), actual=str(len(nics)) if nics else "no NIC in the evidence",
-            verdict=(PASS if len(nics) >= spec.nic_count else FAIL) if nics else UNKNOWN,
-            evidence=facts.dedupe_refs([ref for nic in nics.values() for ref in facts.refs_of(nic)[:1]], 3),
-            request=None if nics else "nvidia-smi topo -m ; ibv_devinfo",
+            item="nic.count", expected=str(spec.nic_count),
+            actual=counted.text() if counted else "no NIC in the evidence", verdict=verdict,
+            evidence=counted.refs if counted else [],
+            request="nvidia-smi topo -m ; ibv_devinfo" if verdict == UNKNOWN else None,
         ))
     if spec.gpu_nic_path is not None:
         checks.append(_nic_path_check(spec.gpu_nic_path, gpus, machine))

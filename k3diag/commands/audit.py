@@ -18,6 +18,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON (schema k3diag.audit/1)."),
         expect: Optional[Path] = typer.Option(None, "--expect", help="Purchase spec (TOML) to check the machine against."),
         brief: bool = typer.Option(False, "--brief", help="Only the verdict table, without details and evidence."),
+        lang: str = typer.Option("en", "--lang", help="Language of the HTML/Markdown reports: en (default), or zh to "
+                                 "add the seed checklist's Chinese wording under each question (needs CJK fonts)."),
     ) -> None:
         """Answer the procurement checklist question by question: PASS, WARN, FAIL or UNKNOWN, with evidence.
 
@@ -27,6 +29,11 @@ def register(app: typer.Typer) -> None:
         import json
         import sys
 
+        from k3diag.exit_codes import EXIT_USAGE
+
+        if lang not in ("en", "zh"):
+            typer.echo(f"k3diag audit: --lang must be en or zh, not {lang!r}", err=True)
+            raise typer.Exit(EXIT_USAGE)
         from k3diag.audit.checklist import audit_bundle
         from k3diag.audit.spec import SpecError
         from k3diag.bundle import BundleError
@@ -43,7 +50,6 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(2) from None
         import os
 
-        from k3diag.exit_codes import EXIT_USAGE
         from k3diag.render.escape import safe_message
         from k3diag.render.output import encode_text, write_text_atomic
 
@@ -63,12 +69,12 @@ def register(app: typer.Typer) -> None:
             if html is not None:
                 from k3diag.audit.html import render_html
 
-                write_text_atomic(html, render_html(report))  # never a 0-byte or half report
+                write_text_atomic(html, render_html(report, lang))  # never a 0-byte or half report
                 written.append(str(html))
             if md is not None:
                 from k3diag.audit.markdown import render_markdown
 
-                write_text_atomic(md, render_markdown(report))
+                write_text_atomic(md, render_markdown(report, lang))
                 written.append(str(md))
         except OSError as exc:
             typer.echo(f"k3diag audit: could not write the report ({exc.strerror or exc}); check the path", err=True)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from k3diag.bundle import read_bundle, write_bundle
 from k3diag.cli import app
+from k3diag.evidence import Evidence
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = REPO / "fixtures" / "bundles" / "good-8x-h100-nvlink"
@@ -204,3 +205,54 @@ def test_a_model_too_big_is_a_sizing_answer_not_a_failed_machine() -> None:
     assert "Kimi K3 does not fit on this machine: even its best layout" in row
     assert "more GiB per GPU. This is a sizing answer, not a machine defect; what would fit: More of the same: " in row
     assert result.exit_code == 1
+
+
+def _topo_bundle(tmp_path: Path) -> Path:
+    """A bundle holding one real `nvidia-smi topo -m` that lists two NICs (mlx5_0, mlx5_1)."""
+    topo = (REPO / "fixtures" / "nvidia" / "topo-m-3x-a6000-nv4-pair-node-prompt.txt").read_bytes()
+    return write_bundle([Evidence(name="nvidia-smi-topo-m.txt", data=topo, command="nvidia-smi topo -m")],
+                        {"host": {"hostname": "a6000-box"}}, tmp_path / "topo.tar.gz")
+
+
+def _nic_answer(data: dict) -> dict:
+    return next(a for a in data["answers"] if a["id"] == "multi-node-network")
+
+
+def test_expected_nic_count_contradicted_fails_in_both_places(tmp_path: Path) -> None:
+    """`--expect` 4 NICs where topo -m lists 2: the spec line and the NIC question give the same count and
+    both fail; the terminal shows both."""
+    bundle, spec = _topo_bundle(tmp_path), tmp_path / "nic.toml"
+    spec.write_text("[nic]\ncount = 4\n")
+    result = _run(str(bundle), "--json", "--expect", str(spec))
+    data = json.loads(result.stdout)
+    check = data["spec"]["checks"][0]
+    shown = "2 (as nvidia-smi topo -m lists them: NIC0, NIC1)"
+    assert (check["item"], check["verdict"], check["actual"]) == ("nic.count", "FAIL", shown)
+    nic = _nic_answer(data)
+    assert nic["verdict"] == "FAIL"
+    assert nic["summary"].startswith(f"The purchase spec expects 4 NIC(s), but the evidence shows {shown}. ")
+    assert result.exit_code == 2
+    text = _run(str(bundle), "--expect", str(spec)).stdout
+    assert f"  [FAIL] nic.count: expected 4; delivered {shown}" in text
+    assert "12. [FAIL] Which NICs (and switches) carry multi-node traffic?" in text
+    spec.write_text("[nic]\ncount = 2\n")
+    data = json.loads(_run(str(bundle), "--json", "--expect", str(spec)).stdout)
+    assert data["spec"]["checks"][0]["verdict"] == "PASS"
+    nic = _nic_answer(data)
+    assert nic["verdict"] != "FAIL"
+    assert nic["details"][0] == f"the purchase spec expects 2 NIC(s): {shown}, as expected"
+
+
+def test_expected_nic_count_beyond_what_nccl_named_is_unknown_in_both_places(tmp_path: Path) -> None:
+    """The good bundle names NICs only through NCCL's channels (NET/IB/2, NET/IB/3): a floor, not a count.
+    Expecting 16 is then unsettled in the spec line and in the NIC question alike, with the command to run."""
+    spec = tmp_path / "nic.toml"
+    spec.write_text("[nic]\ncount = 16\n")
+    data = json.loads(_run(str(GOOD), "--json", "--expect", str(spec)).stdout)
+    check = data["spec"]["checks"][0]
+    shown = "at least 2 (NET devices NCCL's channels used: NET/IB/2, NET/IB/3)"
+    assert (check["verdict"], check["actual"], check["request"]) == ("UNKNOWN", shown, "nvidia-smi topo -m ; ibv_devinfo")
+    assert "via NET/IB/2/GDRDMA" in check["evidence"][0]["text"]
+    nic = _nic_answer(data)
+    assert nic["summary"].startswith(f"The purchase spec expects 16 NIC(s); the evidence shows {shown}, which does "
+                                     "not settle the count (run: nvidia-smi topo -m ; ibv_devinfo). ")

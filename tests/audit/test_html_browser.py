@@ -86,3 +86,44 @@ def test_hostile_text_is_text_in_the_dom(report_html: Path, tmp_path: Path) -> N
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert "&lt;script&gt;alert(3)&lt;/script&gt;" in dom
     assert dom.count('class="q"') == 12
+
+
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+# Measures every badge in the page as laid out: a badge whose text is wider than its box is clipped or spills.
+_MEASURE = ("<script>addEventListener('load',()=>{const bad=[...document.querySelectorAll('.badge')].filter("
+            "b=>b.scrollWidth>b.clientWidth+1||b.getBoundingClientRect().height>30).map(b=>b.textContent);"
+            "const out=document.createElement('pre');out.id='measured';out.textContent="
+            "'badges='+document.querySelectorAll('.badge').length+' clipped='+JSON.stringify(bad);"
+            "document.body.appendChild(out);});</script>")
+
+
+def _measured(page: Path, tmp_path: Path, width: int) -> str:
+    probe = tmp_path / f"probe-{width}.html"
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    probe.write_text(text.replace("</body>", _MEASURE + "</body>"))
+    done = _chromium(tmp_path / f"profile-{width}", f"--window-size={width},1200", "--virtual-time-budget=3000",
+                     "--dump-dom", probe.as_uri())
+    found = re.search(r'<pre id="measured">([^<]*)</pre>', done.stdout)
+    assert found, done.stderr[-2000:]
+    return found.group(1)
+
+
+@pytest.mark.parametrize("width", [1280, 820])
+def test_no_badge_is_clipped(report_html: Path, tmp_path: Path, width: int) -> None:
+    assert _measured(report_html, tmp_path, width) == "badges=12 clipped=[]"
+
+
+def test_english_by_default_chinese_on_request(report_html: Path, tmp_path: Path) -> None:
+    """Without CJK fonts the seed's Chinese wording is boxes: the default report has none; `--lang zh` adds it."""
+    dom = _chromium(tmp_path / "profile", "--dump-dom", report_html.as_uri()).stdout
+    assert "Does every GPU run at PCIe x16 with all cards installed?" in dom
+    assert not _CJK.search(dom), _CJK.search(dom)
+    zh = tmp_path / "zh.html"
+    out = report_html.parent / "xss.tar.gz"
+    result = CliRunner().invoke(app, ["audit", str(out), "--html", str(zh), "--lang", "zh"])
+    assert result.exit_code == 2, result.output
+    dom = _chromium(tmp_path / "profile-zh", "--dump-dom", zh.as_uri()).stdout
+    assert dom.count('<div class="seed" lang="zh">') == 12
+    assert '<div class="seed" lang="zh">每張 GPU 實際運行在 PCIe x16 還是 x8' in dom
+    refused = CliRunner().invoke(app, ["audit", str(out), "--lang", "fr"])
+    assert refused.exit_code == 64 and "--lang must be en or zh, not 'fr'" in refused.stderr

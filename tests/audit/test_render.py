@@ -89,7 +89,9 @@ def test_markdown_has_every_question_and_fences_hostile_text(kit) -> None:
     assert "<script" not in html and "<img" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in html
     assert "| 1 | **FAIL** | Does every GPU run at PCIe x16 with all cards installed? |" in text
-    assert "> 每張 GPU 實際運行在 PCIe x16 還是 x8" in text
+    # English by default; the seed's Chinese wording only with lang="zh"
+    assert "每張" not in text
+    assert "> 每張 GPU 實際運行在 PCIe x16 還是 x8" in render_markdown(report, lang="zh")
     # pipes from the bundle cannot break the table
     table_rows = [line for line in text.splitlines() if line.startswith("| ") and "**" in line]
     assert all(row.count(" | ") >= 3 for row in table_rows)
