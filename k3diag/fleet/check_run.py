@@ -249,6 +249,11 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
     elif process.exitcode not in (None, 0) and elapsed < request.deadline_s:
         message = (f"k3diag check stopped while {_doing(last_step)} (exit {process.exitcode}); run "
                    "`k3diag collect -o node.tar.gz` to see which source fails")
+    elif last_step == "analysis":
+        # Collection finished; the deadline left too little time to judge what it read: not a hung tool.
+        message = (f"k3diag check did not finish within its {request.deadline_s:g} s deadline and was stopped while "
+                   f"{_doing(last_step)}, after collection had finished; give a longer --deadline (the check keeps "
+                   f"{ANALYSIS_RESERVE_S:g} s of it for analysis)")
     else:
         message = (f"k3diag check did not finish within its {request.deadline_s:g} s deadline and was stopped while "
                    f"{_doing(last_step)}; a GPU that fell off the bus or a hung driver makes such commands hang: "
@@ -261,6 +266,8 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
 def _doing(step: str | None) -> str:
     if not step:
         return "starting"
+    if step == "analysis":
+        return "analysing the evidence"
     if step.split()[0] in {"nvidia-smi", "lspci", "rocm-smi", "amd-smi"}:
         return f"running `{step}`"
     return f"collecting {step}"

@@ -3,6 +3,7 @@ and rocm-smi on PATH: the GPU driver boundary, which cannot run here), and leave
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -89,3 +90,19 @@ def test_the_text_says_which_step_was_running_and_what_to_do(tmp_path: Path) -> 
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+
+def test_a_check_cut_during_analysis_says_so_and_does_not_blame_a_hung_tool(monkeypatch) -> None:
+    from k3diag.fleet import check_run
+
+    def slow_analysis(request, step, started):  # collection done; judging overruns the deadline
+        step("analysis")
+        time.sleep(30)
+
+    monkeypatch.setattr(check_run, "perform_check", slow_analysis)  # the forked child runs it
+    report, code, timing = check_run.run_check(check_run.CheckRequest(deadline_s=1.5, node="gpu042"))
+    assert code == 3 and timing["timed_out"] is True and timing["last_step"] == "analysis"
+    text = json.dumps(report)
+    assert "stopped while analysing the evidence, after collection had finished; give a longer --deadline" in text
+    assert "collecting analysis" not in text and "dmesg" not in text
