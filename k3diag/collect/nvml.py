@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
 from k3diag.evidence import Evidence
+from k3diag.model.ids import fold_ranges
 
 SCHEMA = "k3diag.nvml-readings/1"
 READINGS_NAME = "nvml-readings.json"
@@ -117,16 +118,7 @@ def masks_to_cpulist(masks: list[int] | None) -> str | None:
     cpus = [word * 64 + bit for word, mask in enumerate(masks) for bit in range(64) if int(mask) >> bit & 1]
     if not cpus:
         return None
-    ranges: list[str] = []
-    start = previous = cpus[0]
-    for cpu in cpus[1:] + [None]:  # type: ignore[list-item]
-        if cpu is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        ranges.append(str(start) if start == previous else f"{start}-{previous}")
-        if cpu is not None:
-            start = previous = cpu
-    return ",".join(ranges)
+    return fold_ranges(cpus)
 
 
 def cpulist_to_masks(cpulist: str | None) -> list[int]:

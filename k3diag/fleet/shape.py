@@ -17,6 +17,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from k3diag.model.ids import fold_ranges
+
 SHAPE_SCHEMA = "k3diag.shape/1"
 # Findings kept per node (fail and warn only): enough to name every kind of problem, bounded for fleets.
 MAX_FINDINGS_PER_NODE = 64
@@ -167,21 +169,8 @@ def _numa_value(gpus: list[dict]) -> str | None:
         return None
     parts = []
     for node in sorted(by_node, key=lambda n: (str(type(n)), n)):
-        parts.append(f"node{node}: GPU{_span(sorted(by_node[node]))}")
+        parts.append(f"node{node}: GPU{fold_ranges(sorted(by_node[node]))}")
     return "; ".join(parts)
-
-
-def _span(indexes: list[int]) -> str:
-    runs: list[str] = []
-    start = prev = indexes[0]
-    for i in indexes[1:] + [None]:  # type: ignore[list-item]
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ",".join(runs)
 
 
 def _finding_subject(finding: dict) -> str:

@@ -102,14 +102,7 @@ def merge_query(result: Any, machine: Machine, record: InputRecord) -> None:
         _merge_pcie(
             gpu,
             record,
-            {
-                "gen_current": item.gen_current,
-                "gen_max": item.gen_max,
-                "gen_device_max": item.gen_device_max,
-                "gen_host_max": item.gen_host_max,
-                "width_current": item.width_current,
-                "width_max": item.width_max,
-            },
+            _pcie_values(item),
             sources.get("width_current") or sources.get("gen_current"),
         )
         gpu.sources.extend(ref for ref in (sources.get("block"), sources.get("width_current")) if ref is not None)
@@ -117,6 +110,12 @@ def merge_query(result: Any, machine: Machine, record: InputRecord) -> None:
             from k3diag.join.merge_fabric import put_gpu_fabric
 
             put_gpu_fabric(machine, gpu.index, item.fabric, record)
+
+
+def _pcie_values(item: Any) -> dict[str, int | None]:
+    """The PCIe link fields `nvidia-smi -q` and `--query-gpu` records share, by the model's names."""
+    return {key: getattr(item, key) for key in
+            ("gen_current", "gen_max", "gen_device_max", "gen_host_max", "width_current", "width_max")}
 
 
 def merge_query_csv(result: Any, machine: Machine, record: InputRecord) -> None:
@@ -129,14 +128,7 @@ def merge_query_csv(result: Any, machine: Machine, record: InputRecord) -> None:
         _merge_pcie(
             gpu,
             record,
-            {
-                "gen_current": item.gen_current,
-                "gen_max": item.gen_max,
-                "gen_device_max": item.gen_device_max,
-                "gen_host_max": item.gen_host_max,
-                "width_current": item.width_current,
-                "width_max": item.width_max,
-            },
+            _pcie_values(item),
             item.source,
         )
         if item.driver_version:

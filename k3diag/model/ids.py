@@ -66,3 +66,20 @@ def parse_cpulist(text: str) -> list[int]:
         elif part.isdigit():
             cpus.append(int(part))
     return cpus
+
+
+def fold_ranges(numbers: list[int]) -> str:
+    """Sorted integers as the kernel and nvidia-smi write CPU lists: [0, 1, 2, 3, 8] -> "0-3,8"
+    (the inverse of `parse_cpulist`)."""
+    if not numbers:
+        return ""
+    runs: list[str] = []
+    start = previous = numbers[0]
+    for number in numbers[1:] + [None]:  # type: ignore[list-item]
+        if number is not None and number == previous + 1:
+            previous = number
+            continue
+        runs.append(str(start) if start == previous else f"{start}-{previous}")
+        if number is not None:
+            start = previous = number
+    return ",".join(runs)
