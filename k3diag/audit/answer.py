@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
 from k3diag.model.source import SourceRef
 
 PASS = "PASS"
@@ -14,10 +15,9 @@ VERDICTS = (PASS, WARN, FAIL, UNKNOWN)
 # Worst first: the overall verdict is the worst answer; an unanswered question is not a pass.
 _RANK = {FAIL: 0, WARN: 1, UNKNOWN: 2, PASS: 3}
 
-EXIT_PASS = 0
-EXIT_WARN = 1
-EXIT_FAIL = 2
-EXIT_NOTHING = 3
+# The audit's exit codes are the project's (k3diag/exit_codes.py), named for its verdicts.
+EXIT_PASS = EXIT_OK
+EXIT_NOTHING = EXIT_UNKNOWN
 
 
 def worse(a: str, b: str) -> str:

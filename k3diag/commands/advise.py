@@ -9,7 +9,11 @@ from typing import Any, List, Optional
 
 import typer
 
-USAGE_ERROR = 2
+from k3diag.exit_codes import EXIT_FAIL
+
+# advise's own errors (unknown model or GPU, bad config files, hosts without GPUs) exit 2, as its tests
+# and users expect; click's usage errors are 64 like every command's (k3diag/cli.py).
+USAGE_ERROR = EXIT_FAIL
 _CONTEXT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
 

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,11 @@ from typer.testing import CliRunner
 
 from k3diag.bundle import read_bundle, write_bundle
 from k3diag.cli import app
+from tests.browser import CHROMIUM, run_chromium
 from k3diag.evidence import Evidence
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "fixtures" / "bundles" / "bad-8x-pcie-dual-socket"
-CHROMIUM = Path("/usr/bin/chromium")
 
 PAYLOAD = ("<script>alert(1)</script><img src=x onerror=alert(2)>[click](javascript:alert(3)) "
            "![pic](https://evil.example/p.png) https://evil.example/x www.evil.example `tick`` |pipe| "
@@ -133,12 +132,7 @@ def test_analyze_terminal_output_shows_no_sequences(hostile_bundle: Path) -> Non
 
 
 def _chromium_dom(html_file: Path, profile: Path) -> str:
-    done = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-         "--dump-dom", html_file.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )
+    done = run_chromium(profile, "--dump-dom", html_file.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

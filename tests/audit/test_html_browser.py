@@ -4,9 +4,6 @@ drawing, no console errors, and script/HTML from a bundle's logs shows up as tex
 from __future__ import annotations
 
 import re
-import struct
-import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
@@ -14,40 +11,15 @@ from typer.testing import CliRunner
 
 from k3diag.bundle import read_bundle, write_bundle
 from k3diag.cli import app
+from tests.browser import CHROMIUM, png_scanlines, run_chromium
 from k3diag.evidence import Evidence
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "fixtures" / "bundles" / "bad-8x-pcie-dual-socket"
 HOSTILE = b"<script>alert(1)</script><img src=x onerror=alert(2)>\n"
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="Debian's chromium is not installed (apt-get install -y chromium)")
-
-
-def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-         "--enable-logging=stderr", "--v=0", *args],
-        capture_output=True, text=True, timeout=120,
-    )
-
-
-def _png_pixels(path: Path) -> tuple[int, int, bytes]:
-    """Width, height and the filtered scanlines of a PNG (enough to judge that it is not blank)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height = 8, b"", 0, 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    return width, height, zlib.decompress(idat)
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +36,10 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_report_renders_and_shows_the_drawing(report_html: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
-    done = _chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1400,1000",
+    done = run_chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1400,1000",
                      report_html.as_uri())
     assert shot.exists(), done.stderr[-2000:]
-    width, height, raw = _png_pixels(shot)
+    width, height, raw = png_scanlines(shot)
     assert (width, height) == (1400, 1000)
     # a blank page is one colour; the report has text, badges and the coloured drawing
     assert len(set(raw)) > 100
@@ -78,7 +50,7 @@ def test_report_renders_and_shows_the_drawing(report_html: Path, tmp_path: Path)
 
 
 def test_hostile_text_is_text_in_the_dom(report_html: Path, tmp_path: Path) -> None:
-    done = _chromium(tmp_path / "profile", "--dump-dom", report_html.as_uri())
+    done = run_chromium(tmp_path / "profile", "--dump-dom", report_html.as_uri())
     dom = done.stdout
     assert "<svg" in dom and "The checklist" in dom
     assert not re.search(r"<script\b", dom, re.I), "a script element from the bundle reached the DOM"
@@ -101,7 +73,7 @@ def _measured(page: Path, tmp_path: Path, width: int) -> str:
     probe = tmp_path / f"probe-{width}.html"
     text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
     probe.write_text(text.replace("</body>", _MEASURE + "</body>"))
-    done = _chromium(tmp_path / f"profile-{width}", f"--window-size={width},1200", "--virtual-time-budget=3000",
+    done = run_chromium(tmp_path / f"profile-{width}", f"--window-size={width},1200", "--virtual-time-budget=3000",
                      "--dump-dom", probe.as_uri())
     found = re.search(r'<pre id="measured">([^<]*)</pre>', done.stdout)
     assert found, done.stderr[-2000:]
@@ -115,14 +87,14 @@ def test_no_badge_is_clipped(report_html: Path, tmp_path: Path, width: int) -> N
 
 def test_english_by_default_chinese_on_request(report_html: Path, tmp_path: Path) -> None:
     """Without CJK fonts the seed's Chinese wording is boxes: the default report has none; `--lang zh` adds it."""
-    dom = _chromium(tmp_path / "profile", "--dump-dom", report_html.as_uri()).stdout
+    dom = run_chromium(tmp_path / "profile", "--dump-dom", report_html.as_uri()).stdout
     assert "Does every GPU run at PCIe x16 with all cards installed?" in dom
     assert not _CJK.search(dom), _CJK.search(dom)
     zh = tmp_path / "zh.html"
     out = report_html.parent / "xss.tar.gz"
     result = CliRunner().invoke(app, ["audit", str(out), "--html", str(zh), "--lang", "zh"])
     assert result.exit_code == 2, result.output
-    dom = _chromium(tmp_path / "profile-zh", "--dump-dom", zh.as_uri()).stdout
+    dom = run_chromium(tmp_path / "profile-zh", "--dump-dom", zh.as_uri()).stdout
     assert dom.count('<div class="seed" lang="zh">') == 12
     assert '<div class="seed" lang="zh">每張 GPU 實際運行在 PCIe x16 還是 x8' in dom
     refused = CliRunner().invoke(app, ["audit", str(out), "--lang", "fr"])

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import re
 import shutil
-import struct
-import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from k3diag.cli import app
+from tests.browser import CHROMIUM, png_scanlines, run_chromium
 
-CHROMIUM = Path("/usr/bin/chromium")
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "serving"
 SEED = FIXTURES / "seed-4x4090"
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -46,36 +43,12 @@ def test_page_is_self_contained_and_escaped(page: Path) -> None:
     assert "[bad] worst link inside the group: GPU0-GPU2 SYS" in text
 
 
-def _png(path: Path) -> tuple[int, int, bytes]:
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height = 8, b"", 0, 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    return width, height, zlib.decompress(idat)
-
-
-def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-         "--enable-logging=stderr", "--v=0", *args],
-        capture_output=True, text=True, timeout=120, start_new_session=True,
-    )
-
-
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install -y chromium)")
 def test_page_renders_in_chromium_with_charts_and_no_console_errors(page: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
-    done = _chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1400,1100", page.as_uri())
+    done = run_chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1400,1100", page.as_uri())
     assert shot.exists(), done.stderr[-2000:]
-    width, height, raw = _png(shot)
+    width, height, raw = png_scanlines(shot)
     assert (width, height) == (1400, 1100)
     assert len(set(raw)) > 100 and shot.stat().st_size > 40_000  # text, lines and bars, not a blank page
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line
@@ -85,7 +58,7 @@ def test_page_renders_in_chromium_with_charts_and_no_console_errors(page: Path, 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install -y chromium)")
 def test_hostile_text_stays_text_in_the_dom(page: Path, tmp_path: Path) -> None:
-    done = _chromium(tmp_path / "profile", "--dump-dom", page.as_uri())
+    done = run_chromium(tmp_path / "profile", "--dump-dom", page.as_uri())
     dom = done.stdout
     assert "<svg" in dom and "Serving benchmarks by layout" in dom
     assert "<script" not in dom and "<img" not in dom
