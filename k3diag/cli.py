@@ -3,37 +3,27 @@ heavy machinery inside the command body so `k3diag --help` and `--version` stay 
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from k3diag import __version__
-from k3diag.commands import COMMAND_MODULES, register_all
+from k3diag.commands import COMMAND_MODULES, modules_for_argv, register_all
 from k3diag.exit_codes import EXIT_USAGE
 
 # A wrong command line (unknown option, bad value, missing argument) exits 64, sysexits' EX_USAGE, not click's
 # 2: exit 2 means "failures found" to the CI gates and fleet tools that read k3diag's exit codes. Every usage
 # error click and typer raise (BadParameter, NoSuchOption, MissingParameter, ...) is a UsageError; typer
-# ships its own copy of click (typer._click), so the code is set on the class typer raises.
+# ships its own copy of click (typer._click) in recent versions, so the code is set on the class typer
+# raises. Only a click already imported (by typer) is touched: importing the other copy costs ~8 ms of start-up.
 def _usage_errors_exit_64() -> None:
-    import importlib
-
     for name in ("typer._click.exceptions", "click.exceptions"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        module.UsageError.exit_code = EXIT_USAGE
+        module = sys.modules.get(name)
+        if module is not None:
+            module.UsageError.exit_code = EXIT_USAGE
 
 
 _usage_errors_exit_64()
-
-app = typer.Typer(
-    name="k3diag",
-    help="Explain why a multi-GPU server will or will not serve a huge model well.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
 
 
 def _version_callback(value: bool) -> None:
@@ -42,7 +32,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
@@ -51,8 +40,31 @@ def _root(
     """k3diag reads a live host, a bundle, or saved tool outputs and tells the story."""
 
 
-register_all(app, COMMAND_MODULES)
+def build_app(modules: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
+    """The typer application with the commands of `modules` (every command by default)."""
+    application = typer.Typer(
+        name="k3diag",
+        help="Explain why a multi-GPU server will or will not serve a huge model well.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    application.callback()(_root)
+    register_all(application, modules)
+    return application
+
+
+def __getattr__(name: str):
+    # `from k3diag.cli import app` (tests, embedders): the whole application, built on first use.
+    if name == "app":
+        application = globals()["app"] = build_app()
+        return application
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    app()
+    # A run names one command: only that one is registered (building all nine costs ~15 ms of every
+    # start-up). `k3diag`, `--help`, `--version` and a misspelt command get them all, so help lists
+    # every command and click's "No such command" can suggest the right one.
+    build_app(modules_for_argv(sys.argv[1:]))()

@@ -19,6 +19,17 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def modules_for_argv(argv: list[str]) -> tuple[str, ...]:
+    """The command modules a run with these arguments needs: the named command's alone, or every one when
+    the first word that is not an option is no command (or there is none: `k3diag --help`)."""
+    for word in argv:
+        if word.startswith("-"):
+            continue
+        module = f"k3diag.commands.{word}"
+        return (module,) if module in COMMAND_MODULES else COMMAND_MODULES
+    return COMMAND_MODULES
+
+
 def register_all(app: typer.Typer, modules: tuple[str, ...]) -> None:
     for name in modules:
         try:
