@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from k3diag.model.machine import Machine
-from k3diag.model.amd_records import xgmi_hops_from_weight
 from k3diag.model.topology import Gpu, Link, gpu_index, nvlink_count, pair_key, path_rank
 
 # =====================================================================================================
@@ -394,8 +393,12 @@ def _pair_quality(machine: Machine, facts: _Facts, a: int, b: int) -> PairQualit
     if measured is not None:
         bandwidth, basis, is_measured = round(measured[0], 2), f"measured: {measured[1]}", True
     else:
-        bandwidth, basis = estimate_bandwidth(path, p2p_ok, same_numa, gpu_a, gpu_b,
-                                              xgmi_hops=xgmi_hops_from_weight(link.weight) if link else None)
+        xgmi_hops = None
+        if link is not None and link.weight:  # a weight is AMD's (rocm-smi); the module is imported for it alone
+            from k3diag.model.amd_records import xgmi_hops_from_weight
+
+            xgmi_hops = xgmi_hops_from_weight(link.weight)
+        bandwidth, basis = estimate_bandwidth(path, p2p_ok, same_numa, gpu_a, gpu_b, xgmi_hops=xgmi_hops)
         is_measured = False
     key = pair_key(f"GPU{a}", f"GPU{b}")
     blind = (path is not None and nvlink_count(path) is None and key not in facts.nvlink_seen

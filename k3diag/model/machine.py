@@ -7,15 +7,17 @@ analyzer reads only this. Live collection and saved files end up here the same w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from k3diag.model.bench import Benchmark
 from k3diag.model.fabric import FabricFacts
 from k3diag.model.host import HostInfo
 from k3diag.model.identity import InputIdentity
-from k3diag.model.nccl import NcclRun
 from k3diag.model.pci import PciDevice
 from k3diag.model.topology import Gpu, Link, Nic, P2PStatus, endpoint_sort_key, pair_key, path_rank
+
+if TYPE_CHECKING:  # annotations only: a topology alone need not load the NCCL records (start-up counts)
+    from k3diag.model.bench import Benchmark
+    from k3diag.model.nccl import NcclRun
 
 
 @dataclass

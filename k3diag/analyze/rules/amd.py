@@ -11,7 +11,6 @@ Which source wins for a pair: live amdsmi readings, then `amd-smi topology`, the
 
 from __future__ import annotations
 
-import statistics
 from typing import Iterable
 
 from k3diag.analyze.finding import Finding, Rule
@@ -547,6 +546,8 @@ def check_bandwidth_below_class(machine: Machine, earlier: list[Finding]) -> Ite
         by_class: dict[str, list[float]] = {}
         for klass, _, value, _ in samples:
             by_class.setdefault(klass, []).append(value)
+        import statistics  # here, not at the top: ~4 ms of every start-up, for AMD tables alone
+
         medians = {klass: statistics.median(values) for klass, values in by_class.items() if len(values) >= 3}
         pcie_median = medians.get("PCIE")
         flagged: set[tuple[str, str]] = set()

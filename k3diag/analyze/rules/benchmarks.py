@@ -9,13 +9,15 @@ GPU model named in the nccl-tests header.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from k3diag.analyze.finding import Finding, Rule
-from k3diag.model.bench_records import NcclTestsBenchmark, P2PBandwidthBenchmark
 from k3diag.model.machine import Machine
-from k3diag.model.probe_records import ProbeBenchmark
 from k3diag.model.source import SourceRef
+
+if TYPE_CHECKING:  # imported where there are benchmarks: most inputs have none, and start-up counts
+    from k3diag.model.bench_records import NcclTestsBenchmark, P2PBandwidthBenchmark
+    from k3diag.model.probe_records import ProbeBenchmark
 
 # Theoretical one-direction PCIe bandwidth per lane (GB/s) by generation; achieved ~80% of it.
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
@@ -36,6 +38,10 @@ BUSBW_OPS = ("all_reduce", "all_gather", "reduce_scatter", None)
 
 
 def _nccl_tests(machine: Machine) -> list[NcclTestsBenchmark]:
+    if not machine.benchmarks:
+        return []
+    from k3diag.model.bench_records import NcclTestsBenchmark
+
     return [b for b in machine.benchmarks if isinstance(b, NcclTestsBenchmark)]
 
 
@@ -262,6 +268,11 @@ def check_scaling_drops(machine: Machine, earlier: list[Finding]) -> Iterable[Fi
 
 def _p2p_benches(machine: Machine) -> list[P2PBandwidthBenchmark | ProbeBenchmark]:
     """Measurements with P2P-enabled/disabled matrices: p2pBandwidthLatencyTest, and k3diag probe."""
+    if not machine.benchmarks:
+        return []
+    from k3diag.model.bench_records import P2PBandwidthBenchmark
+    from k3diag.model.probe_records import ProbeBenchmark
+
     return [b for b in machine.benchmarks if isinstance(b, (P2PBandwidthBenchmark, ProbeBenchmark))]
 
 

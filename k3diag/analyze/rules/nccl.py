@@ -10,13 +10,15 @@ own env and P2P-disabled findings, so the report can chain symptom to cause.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.analyze.rules.nccl_causes import claimed
 from k3diag.model.machine import Machine
-from k3diag.model.nccl import NcclConnection, NcclRun
 from k3diag.model.source import SourceRef
+
+if TYPE_CHECKING:  # annotations only: a machine without an NCCL log does not load its records
+    from k3diag.model.nccl import NcclConnection, NcclRun
 
 NCCL_DEBUG_HINT = "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,NET"
 _P2P_BAD = ("CNS", "GNS", "TNS", "NS", "DR")

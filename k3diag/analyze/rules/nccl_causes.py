@@ -8,12 +8,14 @@ does not list them again; it also drops `Failed to open libibverbs` for a job on
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
-from k3diag.model.nccl import NcclMessage, NcclRun
 from k3diag.model.source import SourceRef
+
+if TYPE_CHECKING:  # annotations only: a machine without an NCCL log does not load its records
+    from k3diag.model.nccl import NcclMessage, NcclRun
 
 NCCL_DEBUG_HINT = "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,NET"
 _SHM_FULL = ("No space left on device", "posix_fallocate failed", "failed to extend /dev/shm")

@@ -13,19 +13,25 @@ raw, ~50 GB/s measured), so under 60% of the raw rate is a link or platform prob
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.analyze.rules.benchmarks import PCIE_LANE_GBPS
 from k3diag.model.machine import Machine
-from k3diag.model.probe_records import ProbeBenchmark, ProbeGpu
 from k3diag.model.topology import Gpu
+
+if TYPE_CHECKING:  # imported where there are benchmarks (start-up counts)
+    from k3diag.model.probe_records import ProbeBenchmark, ProbeGpu
 
 LOW_FRACTION_OF_RAW = 0.6
 PINNED_EFFICIENCY = 0.8  # what pinned copies reach of a PCIe link's raw rate
 
 
 def _probes(machine: Machine) -> list[ProbeBenchmark]:
+    if not machine.benchmarks:
+        return []
+    from k3diag.model.probe_records import ProbeBenchmark
+
     return [b for b in machine.benchmarks if isinstance(b, ProbeBenchmark)]
 
 
