@@ -10,7 +10,6 @@ machines, links or GPUs lives here: `k3diag.analyze.planner` turns the model int
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, Callable, Sequence, Union
@@ -541,6 +540,8 @@ def _iterated_search(
     best_score = score_partition(best_groups, q)
     if len(best_groups) < 2:
         return best_groups, best_pool
+    import random  # here: the local search alone uses it, and the module costs ~1 ms of every start-up
+
     rng = random.Random(len(q) * 1009 + len(best_groups[0]))
     idle = work = 0
     for _ in range(kicks):

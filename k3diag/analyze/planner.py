@@ -186,8 +186,6 @@ RING_EXACT_UP_TO = 8
 def _best_ring(group: list[int], pairs: dict[tuple[int, int], PairQuality]) -> tuple[str | None, float | None]:
     """The ring through every GPU of the group whose slowest link is fastest (what a ring all-reduce reaches),
     as (path of that link, GB/s). Unknown links count as 0 GB/s."""
-    from itertools import permutations
-
     def link(a: int, b: int) -> PairQuality:
         return pairs[(min(a, b), max(a, b))]
 
