@@ -64,6 +64,7 @@ def __getattr__(name: str):
 
 
 def main() -> None:
+    """Run the command line (for embedders and tests; the process entry is `k3diag.__main__.main`)."""
     # A run names one command: only that one is registered (building all nine costs ~15 ms of every
     # start-up). `k3diag`, `--help`, `--version` and a misspelt command get them all, so help lists
     # every command and click's "No such command" can suggest the right one.
