@@ -15,7 +15,7 @@ from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.source import SourceRef
 from k3diag.parse.detect import STREAM_SNIFF_BYTES, describe_unknown, detect, split_sections, streaming_format
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
-from k3diag.parse.text import Section, compressed_kind, looks_binary, normalize
+from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize
 
 
 @dataclass
@@ -157,8 +157,10 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         return
 
     text, truncated = item.read_text(MAX_TEXT_BYTES)
-    text = normalize(text)
-    sections = split_sections(text, command=item.command)
+    # Normalized once, here: reading dropped the control bytes already, and the sections say they are
+    # normalized so their parsers do not scan the text again.
+    text, _ = clean_text(text, controls_dropped=True)
+    sections = split_sections(text, command=item.command, normalized=True)
     parsed_any = False
     for section in sections:
         spec = detect(section.text, section.command)

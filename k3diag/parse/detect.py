@@ -9,7 +9,10 @@ text and gets back sections and format specs; it knows nothing of machines.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from itertools import compress, count
+from typing import Iterator
 
 from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
@@ -55,15 +58,21 @@ MAX_START_LINE_CHARS = 4096
 # `>` alone would make every nccl-tests comment and XML line a candidate.
 _PROMPT_LITERALS = ("@", "PS", "$", "%", "# ", "#\t", "> ", ">\t")
 _NON_SPACE_RE = re.compile(r"\S")
+# Text is scanned for start lines a window of about this many characters at a time (cut at a line
+# end), so the distinct lines of one window are all that is held besides the text.
+_WINDOW_CHARS = 1 << 20
+_FITS = MAX_START_LINE_CHARS.__ge__  # len(line) -> whether such a line is tried at all
 
 
-def split_sections(text: str, command: str | None = None) -> list[Section]:
+def split_sections(text: str, command: str | None = None, *, normalized: bool = False) -> list[Section]:
     """Cut a file into the outputs it holds, at prompt lines and at lines that begin a known output.
 
-    One pass over the text, in C: each format's start literals (`FormatSpec.start`) and the prompt
-    characters are searched for with `str.find`, and only the lines holding one are tried against
-    the prompt patterns and that format's `START_RE`; a format whose literal the text lacks is not
-    even imported. Lines are never split out of the text: sections are slices between line starts.
+    One pass over the text (`_start_lines`): each window's distinct lines are searched for the
+    prompt literals and each format's start literals (`FormatSpec.start`) with `str.find`, and only
+    the lines holding one are tried, once per distinct line, against the prompt patterns and that
+    format's `START_RE`; a format whose literal no line holds is not even imported. Lines are never
+    split out of the text for the sections: they are slices between line starts. `normalized`: the
+    text is `normalize`d already (the sections say so, and parsers skip normalizing them again).
     """
     starts: dict[int, str | None] = {0: command}  # line start offset -> the prompt's command
     hosts: dict[int, str] = {}
@@ -71,39 +80,100 @@ def split_sections(text: str, command: str | None = None) -> list[Section]:
     # ends with): they end the output above; blanked so no parser takes them for a row.
     blank: set[int] = set()
     command_prompts: set[int] = set()
-    for start in _lines_holding(text, _PROMPT_LITERALS):
-        line = _line(text, start)
-        prompt = prompt_command(line)
-        if prompt is not None:
-            starts[start] = prompt
+    candidates: list[int] = []
+    for start, kind in _start_lines(text):
+        if kind.prompt is not None:
+            starts[start] = kind.prompt
             command_prompts.add(start)
-        elif is_shell_prompt(line):
+        elif kind.shell:
             starts[start] = None
             blank.add(start)
         else:
+            candidates.append(start)
             continue
-        host = prompt_host(line)
-        if host:
-            hosts[start] = host
-    candidates: set[int] = set()
-    for spec in FORMATS:
-        if not spec.start or not any(literal in text for literal in spec.start):
-            continue
-        module = parser_module(spec)
-        pattern = getattr(module, "START_RE", None) if module is not None else None
-        if pattern is None:
-            continue
-        for start in _lines_holding(text, spec.start):
-            if start not in starts and start not in candidates and pattern.match(_line(text, start)):
-                candidates.add(start)
+        if kind.host:
+            hosts[start] = kind.host
     for start in candidates:
         # A blank line between a prompt and the output it printed keeps them together.
         if _previous_nonblank_line(text, start) not in command_prompts:
             starts.setdefault(start, None)
-    return _sections(text, starts, hosts, blank)
+    return _sections(text, starts, hosts, blank, normalized)
 
 
-def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], blank: set[int]) -> list[Section]:
+@dataclass(frozen=True)
+class _LineKind:
+    """What a line holding a literal is: a prompt running a known command, another shell prompt, or
+    (neither) the start line of some format's output."""
+
+    prompt: str | None = None
+    shell: bool = False
+    host: str | None = None
+
+
+def _start_lines(text: str) -> Iterator[tuple[int, _LineKind]]:
+    """(offset, kind) of every prompt line and every line a format's `START_RE` matches, in order."""
+    kinds: dict[str, _LineKind | None] = {}  # distinct lines already tried
+    position, size = 0, len(text)
+    while position < size:
+        cut = text.find("\n", position + _WINDOW_CHARS)
+        cut = size if cut < 0 else cut
+        window = text[position:cut]  # the whole text, not a copy, when it fits in one window
+        lines = window.split("\n")
+        distinct = set(compress(lines, map(_FITS, map(len, lines))))
+        holding = _holding_literals(distinct)
+        fresh = [line for line in holding if line not in kinds]
+        kinds.update(zip(fresh, _classify(fresh)))
+        found = {line: kind for line in holding if (kind := kinds[line]) is not None}
+        if found:
+            # offsets of the lines found: lengths summed in C between one found line and the next
+            offset, previous = position, 0
+            for index in compress(count(), map(found.__contains__, lines)):
+                offset += sum(map(len, lines[previous:index])) + index - previous
+                previous = index
+                yield offset, found[lines[index]]  # type: ignore[misc]
+        position = cut + 1
+
+
+def _holding_literals(distinct: set[str]) -> list[str]:
+    """The lines of `distinct` that hold a prompt literal or a start literal (of a format that has
+    a start pattern), found by searching the distinct lines joined, not each line."""
+    blob = "\n".join(distinct)
+    return [blob[start:_line_end(blob, start)] for start in _lines_holding(blob, _all_literals())]
+
+
+def _classify(lines: list[str]) -> list[_LineKind | None]:
+    kinds: list[_LineKind | None] = []
+    for line in lines:
+        kind: _LineKind | None = None
+        if any(literal in line for literal in _PROMPT_LITERALS):
+            prompt = prompt_command(line)
+            if prompt is not None:
+                kind = _LineKind(prompt=prompt, host=prompt_host(line))
+            elif is_shell_prompt(line):
+                kind = _LineKind(shell=True, host=prompt_host(line))
+        if kind is None:
+            for spec in FORMATS:
+                if spec.start and any(literal in line for literal in spec.start):
+                    pattern = _start_pattern(spec)
+                    if pattern is not None and pattern.match(line):
+                        kind = _LineKind()
+                        break
+        kinds.append(kind)
+    return kinds
+
+
+@cache
+def _all_literals() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_PROMPT_LITERALS + tuple(literal for spec in FORMATS for literal in spec.start)))
+
+
+def _start_pattern(spec: FormatSpec) -> "re.Pattern[str] | None":
+    module = parser_module(spec)
+    return getattr(module, "START_RE", None) if module is not None else None
+
+
+def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], blank: set[int],
+              normalized: bool) -> list[Section]:
     ordered = sorted(starts)
     # [first line offset, end offset, command, host, blanked line offsets]: slices of the text, so
     # gluing a piece to its neighbour never copies text
@@ -122,12 +192,12 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
         blanked = [start] if start in blank else []
         # A start pattern can fire twice inside one output (a wrapped header, a repeated legend):
         # a piece too short to be anything is glued to the one before it.
-        if pieces and piece_command is None and detect(_slice(text, start, end, blanked)) is None:
+        if pieces and piece_command is None and detect(_slice_head(text, start, end, blanked)) is None:
             pieces[-1][1] = end
             pieces[-1][4].extend(blanked)
             continue
         if pieces and piece_command is None and pieces[-1][2] and \
-                detect(_slice(text, pieces[-1][0], pieces[-1][1], pieces[-1][4])) is None:
+                detect(_slice_head(text, pieces[-1][0], pieces[-1][1], pieces[-1][4])) is None:
             # `$ NCCL_P2P_DISABLE=1 ./all_reduce_perf`, a stray line, then the output: the command is its
             piece_command = pieces[-1][2]
         pieces.append([start, end, piece_command, host, blanked])
@@ -137,8 +207,18 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
         line_number += text.count("\n", counted_to, start)
         counted_to = start
         sections.append(Section(text=_slice(text, start, end, blanked), first_line=line_number,
-                                command=piece_command, host=piece_host))
+                                command=piece_command, host=piece_host, normalized=normalized))
     return sections
+
+
+def _slice_head(text: str, start: int, end: int, blanked: list[int]) -> str:
+    """`_slice(text, start, end, blanked)[:SNIFF_CHARS]`, all `detect` reads, without copying the rest
+    (a 25 MB section would be copied to sniff its first 64 KiB)."""
+    # enough raw text for SNIFF_CHARS characters once blanked lines and the final newline are gone
+    cut = start + SNIFF_CHARS + 1 + sum(_line_end(text, line_start) - line_start for line_start in blanked)
+    if cut >= end:
+        return _slice(text, start, end, blanked)[:SNIFF_CHARS]
+    return _slice(text, start, cut, [line_start for line_start in blanked if line_start < cut])[:SNIFF_CHARS]
 
 
 def _slice(text: str, start: int, end: int, blanked: list[int]) -> str:

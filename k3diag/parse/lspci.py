@@ -51,7 +51,7 @@ from k3diag.parse.lspci_lines import (
     parse_speed,
     sniff,
 )
-from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
+from k3diag.parse.text import MAX_LINE_CHARS, Section, prompt_command, section_text
 
 __all__ = ["CLASS_CODES", "FORMAT", "LspciResult", "class_code_for", "parse", "parse_lines", "sniff", "vendor_for"]
 
@@ -96,7 +96,7 @@ class _Parser:
 
     # -- drivers ------------------------------------------------------------------
     def run_lines(self) -> LspciResult:
-        lines = normalize(self.section.text).split("\n")
+        lines = section_text(self.section).split("\n")
         while lines and not lines[-1].strip():
             lines.pop()  # a trailing newline is the end of the file, not the end of a block
         self._lines = lines
@@ -109,7 +109,7 @@ class _Parser:
         """One `finditer` over the text visits only the lines `EVENT_RE` selects; the lines in
         between are ones `_line` would pass over. Each distinct line is classified once
         (`_classify`) and its effect applied (`_apply`) with the steps `_line` takes."""
-        text = normalize(self.section.text)
+        text = section_text(self.section)
         end = _content_end(text)
         self._text, self._end = text, end
         first_line = self.section.first_line

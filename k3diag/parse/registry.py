@@ -15,7 +15,6 @@ and the merger `module:function` has the signature merge(result, machine, input_
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -30,15 +29,21 @@ class FormatSpec:
     streaming: bool = False
     # A case-insensitive regex that every output of this format contains somewhere (a superset of
     # what `sniff` accepts). Text without it cannot be this format, so its parser is not even
-    # imported: most runs read one or two formats, and importing all twenty costs ~80 ms.
+    # imported: most runs read one or two formats, and importing all twenty costs ~80 ms. It is
+    # tried through literals first (`k3diag.parse.hints`): the regex runs only where they occur.
     hint: str | None = None
     # Literals every line that begins an output of this format contains (its `START_RE` tried only on
     # those lines): section splitting finds them with `str.find` and imports only the parsers whose
     # literal occurs. Empty for formats without a `START_RE`.
     start: tuple[str, ...] = ()
 
-    def may_match(self, text: str) -> bool:
-        return self.hint is None or _hint_re(self.hint).search(text) is not None
+    def may_match(self, text: str, folded: str | None = None) -> bool:
+        """Whether the hint occurs in `text` (`folded`: `hints.fold(text)`, when the caller has it)."""
+        if self.hint is None:
+            return True
+        from k3diag.parse.hints import compiled_hint, fold
+
+        return compiled_hint(self.hint).search(text, fold(text) if folded is None else folded)
 
 
 # A CSV header is found by the fields the merge needs to place a GPU (one of them is in every query
@@ -149,18 +154,14 @@ def merger(spec: FormatSpec) -> Callable[..., Any] | None:
     return getattr(module, func_name, None)
 
 
-@cache
-def _hint_re(pattern: str) -> "re.Pattern[str]":
-    return re.compile(pattern, re.I)
-
-
 def available_formats(text: str | None = None) -> list[FormatSpec]:
     """Formats whose parser exists; given `text`, only those whose hint occurs in it."""
-    return [
-        spec
-        for spec in FORMATS
-        if (text is None or spec.may_match(text)) and parser_module(spec) is not None
-    ]
+    if text is None:
+        return [spec for spec in FORMATS if parser_module(spec) is not None]
+    from k3diag.parse.hints import fold
+
+    folded = fold(text)  # once for every hint
+    return [spec for spec in FORMATS if spec.may_match(text, folded) and parser_module(spec) is not None]
 
 
 def spec_named(name: str) -> FormatSpec | None:

@@ -6,7 +6,7 @@ tabs become spaces, lines get a `$ ` prompt in front, Windows line endings creep
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from k3diag.parse.lazy_re import lazy
 from k3diag.textcodec import decode_text, detect_encoding  # noqa: F401  (re-exported)
@@ -88,19 +88,37 @@ def normalize(text: str) -> str:
     return clean_text(text)[0]
 
 
-def clean_text(text: str) -> tuple[str, int]:
-    """`normalize`'s text, and how many control characters (NULs included) it dropped."""
-    if "\ufeff" in text:
+def clean_text(text: str, controls_dropped: bool = False) -> tuple[str, int]:
+    """`normalize`'s text, and how many control characters (NULs included) it dropped.
+
+    `controls_dropped`: the C0 controls and DEL are gone already (`Evidence.read_text` drops them
+    while reading), so only the C1 ones, outside ASCII, can be left to look for. Each check is a
+    C-speed `in` where it can be: a 25 MB `lspci -vv` is checked in milliseconds, not a regex pass.
+    """
+    ascii_only = text.isascii()  # a flag of the string: no C1 control, BOM or 8-bit CSI in it
+    if not ascii_only and "\ufeff" in text:
         # Files saved on Windows start with one; `cat a.txt b.txt > all.txt` puts more in the middle.
         text = text.replace("\ufeff", "")
-    if "\x1b" in text or "\x9b" in text or "\x9d" in text or "\x90" in text:
+    if "\x1b" in text or (not ascii_only and ("\x9b" in text or "\x9d" in text or "\x90" in text)):
         text = strip_ansi(text)
+        ascii_only = text.isascii()
     dropped = 0
-    if CONTROL_RE.search(text) is not None:
+    if not (controls_dropped and ascii_only) and _has_controls(text):
         text, dropped = CONTROL_RE.subn("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text, dropped
+
+
+# C0 controls and DEL: the ASCII part of CONTROL_RE (a test holds them equal).
+C0_BYTES = bytes(code for code in range(0x80) if (code < 0x20 and code not in (9, 10, 13, 27)) or code == 0x7F)
+
+
+def _has_controls(text: str) -> bool:
+    if text.isascii() and len(text) > 4096:
+        # `bytes.translate` deletes in C at a byte a cycle; the regex engine takes several per character.
+        return len(text.encode("ascii").translate(None, C0_BYTES)) != len(text)
+    return CONTROL_RE.search(text) is not None
 
 
 def split_lines(text: str) -> list[str]:
@@ -192,3 +210,11 @@ class Section:
     first_line: int
     command: str | None = None
     host: str | None = None  # the host a prompt line above the output names (`user@node1:~$`)
+    # The text is `normalize`d already (cut from a normalized file): `section_text` hands it on as
+    # it is instead of scanning megabytes again for what cannot be there.
+    normalized: bool = field(default=False, compare=False)
+
+
+def section_text(section: Section) -> str:
+    """`normalize(section.text)`, without the work when the section says it is normalized."""
+    return section.text if section.normalized else normalize(section.text)
