@@ -9,7 +9,7 @@ from k3diag.analyze.engine import run_rules
 from k3diag.analyze.finding import Finding
 from k3diag.analyze.verdict import Verdict, decide_verdict
 from k3diag.model.machine import Machine
-from k3diag.model.pcie_tree import shared_trees
+from k3diag.model.shared import reading
 
 
 @dataclass
@@ -21,7 +21,7 @@ class Analysis:
 
 
 def analyze_machine(machine: Machine, tp_sizes: list[int] | None = None) -> Analysis:
-    with shared_trees():  # every rule and the planner read one PCIe tree (5,000 devices: built once)
+    with reading():  # the rules and the planner share one PCIe tree, one GPUDirect table... (model/shared.py)
         return _analyze(machine, tp_sizes)
 
 

@@ -16,10 +16,7 @@ switch's upstream port and its downstream ports is internal to the switch chip a
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from k3diag.model.pci import (
     PORT_DOWNSTREAM,
@@ -33,6 +30,7 @@ from k3diag.model.pci import (
 )
 from k3diag.model.source import SourceRef
 from k3diag.model.ids import normalize_bdf
+from k3diag.model.shared import shared
 
 # Path classes as `nvidia-smi topo -m` names them, best first.
 PATH_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -265,38 +263,14 @@ class PcieTree:
         return result
 
 
-# Trees built inside `shared_trees()`, by machine: the analysis asks for the tree of one machine a
-# dozen times (each PCIe rule, the paths, the planner); for 5,000 devices each build and its
-# parent lookups cost a tenth of a second. Held with the machine and the device count it saw.
-_SHARED: ContextVar[dict | None] = ContextVar("k3diag_pcie_trees", default=None)
-
-
-@contextmanager
-def shared_trees() -> Iterator[None]:
-    """Within the block, `build_tree` of an unchanged machine returns the tree it built first.
-
-    For readers only (rules, planners, renderers): code that adds or changes PCI devices must run
-    outside it."""
-    if _SHARED.get() is not None:
-        yield
-        return
-    token = _SHARED.set({})
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+# The analysis asks for the tree of one machine a dozen times (each PCIe rule, the paths, the planner); for
+# 5,000 devices each build and its parent lookups cost a tenth of a second: inside `model.shared.reading()`
+# (the whole analysis) it is built once.
 
 
 def build_tree(machine: object) -> PcieTree:
     devices = list(getattr(machine, "pci", []) or [])
-    shared = _SHARED.get()
-    if shared is None:
-        return PcieTree(devices)
-    hit = shared.get(id(machine))
-    if hit is None or hit[0] is not machine or len(hit[1]) != len(devices) or any(
-            seen is not device for seen, device in zip(hit[1], devices)):
-        hit = shared[id(machine)] = (machine, devices, PcieTree(devices))
-    return hit[2]
+    return shared(machine, "pcie-tree", lambda: PcieTree(devices), guard=tuple(map(id, devices)))
 
 
 def is_gpu_device(device: PciDevice) -> bool:

@@ -15,7 +15,6 @@ from k3diag.analyze.finding import Finding, Rule
 from k3diag.analyze.gdr import gdr_report
 from k3diag.model.fabric import IbPort
 from k3diag.model.machine import Machine
-from k3diag.model.source import SourceRef
 
 _PORT_CONFIRM = "ibstat; ibv_devinfo; cat /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}"
 
@@ -206,7 +205,7 @@ def check_gdr(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     far: list = []
     for gpu in gpus:
         best = report.best_for(gpu)
-        eligible = [p for p in report.pairs if p.gpu == gpu and p.eligible]
+        eligible = [p for p in report.pairs_of(gpu) if p.eligible]
         if best is None:
             mapping.append(f"GPU{gpu}: no NIC path known")
             continue
