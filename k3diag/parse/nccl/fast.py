@@ -1,37 +1,80 @@
 """The bulk path: a log read as bytes in large chunks, one thread's run of lines at a time.
 
 A chunk is cut into runs of consecutive lines that begin with the same record header (one C-level
-regex match per run). A run long enough is proven self-contained with C-level passes (ASCII, no CR
-or NUL, exactly one ` NCCL ` per line, no arrow other than the connection lines'), its header
-stripped, its lines classified with C-level maps (`startswith` with a tuple of tags), and then:
+regex match per run). In a run long enough the header is stripped and the lines are split with
+C-level passes; one `startswith` map tells the `Channel` lines (connections, ring orders) from the
+others, a few per rank and communicator, which go in order through the dispatch of the exact path
+(decided once per distinct text, `_kind`). The run is cut at the lines that name `comm 0x`, the only
+ones that change what the thread is initializing, and at those sent to the exact path; between two
+cuts the `Channel` lines are folded with `map(bytes.partition, ...)` into (channel, connIndex)
+codes per distinct `src -> dst via` while the thread's state is fixed, then the other lines of the
+stretch are read (log-wide facts once per host: reading them again would change nothing).
 
-- the lines that carry a fact other than a connection go one by one, in order, to the handlers of
-  the exact path (a few per rank and communicator);
-- the connection lines between two such lines, where the thread's state cannot change, are folded
-  with `set(map(bytes.partition, ...))` into (channel, connIndex) codes per distinct `src -> dst via`.
-
-Anything that does not pass a proof (interleaved ranks, CRLF, non-ASCII, glued records, a line the
-exact path would skip) goes through the exact path, so the result is the same as reading every line.
+Anything a fold cannot prove (a line that does not parse, glued records, a transport it does not
+know, a bound reached) sends its stretch of lines through the exact path, as do runs with CR, NUL
+or non-ASCII bytes, so the result is the same as reading every line.
 """
 
 from __future__ import annotations
 
-from itertools import compress, count, groupby, repeat
-from operator import and_, contains, itemgetter, not_, or_
+from itertools import compress, count, repeat
+from operator import contains, itemgetter
 
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.lines import _UNKNOWN, _UNPARSED
 from k3diag.parse.nccl.state import ConnAgg, channel_code
 
 CHUNK_BYTES = 8 << 20
-MIN_BLOCK_LINES = 8  # shorter runs of one header are not worth the proofs: exact path
+MIN_BLOCK_LINES = 8  # shorter runs of one header are not worth the set-up: exact path
 SHORT_RUNS_BEFORE_SKIP = 32  # an interleaved stretch: stop looking for runs for a while
 SKIP_BYTES = 256 << 10
+# where init output (the next rank's block) resumes after a stretch of short runs
+_INIT_AHEAD = b" NCCL INFO ncclCommInitRank comm "
 _HEAD = itemgetter(0)
 _REST = itemgetter(2)
 _SEP = b" : "
 _VIA = b" via "
+_CHAN = b"Chan"
+_OPCOUNT = b": opCount "
 _INVALID = -1
+_TAG_ACTIONS = {tag[5:].encode(): action for tag, action in P.TAG_ACTIONS.items()}  # by the body's first 4 bytes
+_TAG_NEEDS = {tag[5:].encode(): need.encode() for tag, need in P.TAG_NEEDS.items()}
+_COUNT_NEEDS = P.COUNT_TAG_NEEDS.encode()
+# facts that read the same twice change nothing (tables keyed by host and text): read once per host
+_ONCE_TAGS = frozenset({b"NCCL", b"RCCL", b"NET/", b"Usin"})  # and lines that begin with a digit
+_NOT_ONCE = (b"comm 0x", b"Failed to open libibverbs", b"No device found", b"rsmi", b"ROCr version",
+             b"Hipruntime", b"librccl", b"MSCC", b" -> ")
+MAX_ONCE = 50_000
+MAX_KINDS = 20_000
+# words the exact path looks for in a whole line, which a launcher prefix could hold: such runs go there
+_HEAD_WORDS = tuple(need for need in _TAG_NEEDS.values()) + (_COUNT_NEEDS, b" -> ")
+# what a line other than a `Channel` line is, by its text alone (cached per distinct text)
+_DROPPED, _COLL, _EXACT, _ONCE, _READ, _CUT = "dropped", "coll", "exact", "once", "read", "cut"
+
+
+def _kind(body: bytes) -> str:
+    """The dispatch of `lines._feed_selected` for an INFO line whose header holds none of `_HEAD_WORDS`:
+    `_EXACT` lines go there (and, like `_CUT` lines, end the stretch folded before them)."""
+    if _OPCOUNT in body:
+        return _COLL
+    tag = body[:4]
+    action = _TAG_ACTIONS.get(tag)
+    if action is None:
+        if len(body) < 16 or body.startswith(b"-> ") or body.find(b" -> ", len(body) - 16) >= 0:
+            return _EXACT  # an error trace `misc/socket.cc:567 -> 2`, or a line too short to tell
+        if not (tag[:1].isdigit() and _COUNT_NEEDS in body):
+            return _DROPPED
+    elif action == 1:
+        return _EXACT  # `Ring ...` (2.4-2.6) or a line that only looks like one
+    else:
+        need = _TAG_NEEDS.get(tag)
+        if need is not None and need not in body:
+            return _DROPPED
+    if b"comm 0x" in body:
+        return _CUT  # may start, end or adopt a communicator
+    if (tag in _ONCE_TAGS or tag[:1].isdigit()) and not any(map(body.__contains__, _NOT_ONCE)):
+        return _ONCE
+    return _READ
 
 
 class _Codes(dict):
@@ -57,6 +100,9 @@ class FastFeed:
         if not hasattr(self, "_codes"):
             self._codes = _Codes()
             self._rest_bytes: dict[bytes, object] = {}
+            self._once: set[tuple] = set()
+            self._kinds: dict[bytes, str] = {}
+        clean = chunk.isascii() and b"\x00" not in chunk and b"\r" not in chunk
         match = P.SAME_PREFIX_RUN_RE.match
         find = chunk.find
         n = len(chunk)
@@ -76,13 +122,17 @@ class FastFeed:
                 short += 1
                 if short >= SHORT_RUNS_BEFORE_SKIP:
                     short = 0
-                    nl = find(b"\n", pos + SKIP_BYTES)
-                    pos = n if nl < 0 else nl + 1
+                    ahead = find(_INIT_AHEAD, pos, pos + SKIP_BYTES)
+                    if ahead >= 0:
+                        pos = max(pos, chunk.rfind(b"\n", pos, ahead) + 1)
+                    else:
+                        nl = find(b"\n", pos + SKIP_BYTES)
+                        pos = n if nl < 0 else nl + 1
                 continue
             short = 0
             if exact_from < pos:
                 lineno = self._exact_bytes(chunk[exact_from:pos], lineno)
-            lineno = self._block(chunk[pos:end], found.group(1), nlines, lineno)
+            lineno = self._block(chunk[pos:end], found.group(1), nlines, lineno, clean)
             exact_from = pos = end
         if exact_from < n:
             lineno = self._exact_bytes(chunk[exact_from:], lineno)
@@ -96,104 +146,170 @@ class FastFeed:
         self.feed(lines, lineno)
         return lineno + (self.lines_total - before)
 
-    def _block(self, block: bytes, prefix: bytes, nlines: int, lineno: int) -> int:
+    def _block(self, block: bytes, prefix: bytes, nlines: int, lineno: int, clean: bool) -> int:
         """One thread's run of `nlines` lines, all beginning with `prefix` (`... NCCL INFO `)."""
-        if (not block.isascii() or b"\x00" in block or b"\r" in block or block.count(b" NCCL ") != nlines
-                or block.count(b" -> ") != block.count(_VIA)):
+        if (not clean and (not block.isascii() or b"\x00" in block or b"\r" in block)) \
+                or prefix.count(b" NCCL ") != 1 or any(map(prefix.__contains__, _HEAD_WORDS)):
             return self._exact_bytes(block, lineno)
-        lines = block.replace(prefix, b"").split(b"\n")
-        lines.pop()  # the block ends with a newline
+        # every line begins with the prefix: strip it at the line starts only (a glued record of the
+        # same thread inside a line stays as it is)
+        lines = block[len(prefix):].replace(b"\n" + prefix, b"\n").split(b"\n")
+        lines[-1] = b""  # sentinel: the block ends with a newline
+        chan = list(map(bytes.startswith, lines, repeat(_CHAN)))
         pre = prefix[:-11].decode()
         head = prefix.decode()
         thread = self.prefix_cache.get(pre) or self._thread(pre)
-        coll = block.count(b": opCount ")
-        if coll < nlines:
-            # the host of this thread, first named on the block's first line that is not a COLL line
-            first = 0
-            while b": opCount " in lines[first]:
-                first += 1
+        # the other lines (a few per rank and communicator), by a C-level scan for False
+        others = []
+        index = chan.index(False)
+        while index < nlines:
+            others.append(index)
+            index = chan.index(False, index + 1)
+        first = 0
+        while first < nlines and _OPCOUNT in lines[first]:
+            first += 1
+        if first < nlines:
+            # the host of this thread, named first on the block's first line that is not a COLL line
             self._host_seen(thread, lineno + first, head + lines[first].decode())
-        is_conn = list(map(contains, lines, repeat(_VIA)))
-        # a Channel/Ring line without ` via ` is a ring order: read, not folded
-        ring_order = map(and_, map(bytes.startswith, lines, repeat(P.CONN_BODY_STARTS)), map(not_, is_conn))
-        tagged = map(bytes.startswith, lines, repeat(P.HANDLED_BODY_STARTS))
-        picked = list(compress(count(), map(or_, tagged, ring_order)))
-        base_nccl = self.lines_nccl
-        info = self._info
-        needs = P.HANDLED_BODY_NEEDS
-        gap_from = 0
-        for index in picked:
-            if index > gap_from:
-                self._fold(thread, head, lines, gap_from, index, is_conn, lineno)
-            gap_from = index + 1
-            body = lines[index]
-            need = needs.get(body[:4])
-            if (need is not None and need not in body) or b": opCount " in body:
-                continue  # dropped by the exact path too (only counted)
-            if body[:1].isdigit() and b" coll channels" not in body:
-                continue
-            text = body.decode()
-            # what `_record` does for an INFO line, less the counting and host (done for the block)
-            info(head + text, text.rstrip(), pre, lineno + index)
-        if gap_from < len(lines):
-            self._fold(thread, head, lines, gap_from, len(lines), is_conn, lineno)
-        self.lines_nccl = base_nccl + nlines - coll
+        bodies = list(map(lines.__getitem__, others))
+        kinds = list(map(self._kinds.get, bodies))
+        if None in kinds:
+            for j, kind in enumerate(kinds):
+                if kind is None:
+                    kinds[j] = self._kind_of(bodies[j])
+        counted = 0  # lines counted here (the exact path counts those it reads)
+        start = 0  # the current stretch: lines [start, cut) with no state change in between
+        facts: list[tuple] = []  # its lines to read once its `Channel` lines are folded
+        skipped = dropped = 0  # its other lines: left out (COLL), counted only
+        for index, body, kind in zip(others, bodies, kinds):
+            if kind is _DROPPED:
+                dropped += 1
+            elif kind is _COLL:
+                skipped += 1
+            elif kind is _READ or kind is _ONCE:
+                facts.append((index, body, kind))
+            else:  # a line that may change what the thread is initializing, or one for the exact path
+                counted += self._stretch(thread, head, pre, lines, chan, start, index, skipped + dropped + len(facts),
+                                         dropped, facts, lineno)
+                facts, skipped, dropped = [], 0, 0
+                if kind is _CUT:
+                    counted += 1
+                    self._read(body, head, pre, lineno + index)
+                else:
+                    self._feed_selected(((lineno + index, head + body.decode()),))
+                start = index + 1
+        counted += self._stretch(thread, head, pre, lines, chan, start, nlines, skipped + dropped + len(facts),
+                                 dropped, facts, lineno)
+        self.lines_nccl += counted
         self.lines_total += nlines
         return lineno + nlines
 
-    def _fold(self, thread, head: str, lines: list[bytes], start: int, end: int, is_conn: list[bool],
-              lineno: int) -> None:
-        """Lines [start, end) of one thread with no state change in between: fold the connection lines
-        (the others there are dropped by the exact path too)."""
-        conn = list(compress(lines[start:end], is_conn[start:end]))
-        if not conn:
-            return
-        parts = set(map(bytes.partition, conn, repeat(_SEP)))
-        rests = set(map(_REST, parts))
-        codes_of = self._codes.__getitem__
+    def _kind_of(self, body: bytes) -> str:
+        kind = _kind(body)
+        if len(self._kinds) >= MAX_KINDS:
+            self._kinds.clear()
+        self._kinds[body] = kind
+        return kind
+
+    def _stretch(self, thread, head: str, pre: str, lines: list[bytes], chan: list[bool], start: int, end: int,
+                 n_others: int, dropped: int, facts: list[tuple], lineno: int) -> int:
+        """Lines [start, end) of one thread, no state change in between: fold the `Channel` lines, then
+        read the `facts`; or all of them through the exact path. Returns the lines counted here."""
+        n_conn = end - start - n_others
+        if n_conn > 0:
+            conn = list(compress(lines[start:end], chan[start:end])) if n_others else lines[start:end]
+            if not self._fold(thread, head, conn, start, end, chan, lineno):
+                # ring orders (`Channel 00/16 :   0   1 ...`, no ` via `) are read like the facts
+                with_via = list(map(contains, conn, repeat(_VIA)))
+                if all(with_via):
+                    self._fold_exact(lines, head, start, end, lineno)
+                    return 0
+                positions = list(compress(range(start, end), chan[start:end])) if n_others else range(start, end)
+                rings = [(i, lines[i], _READ) for i, via in zip(positions, with_via) if not via]
+                if any(_OPCOUNT in body for _, body, _ in rings) or (any(with_via) and not self._fold(
+                        thread, head, list(compress(conn, with_via)), start, end, chan, lineno, with_via)):
+                    self._fold_exact(lines, head, start, end, lineno)
+                    return 0
+                n_conn -= len(rings)
+                facts = sorted(facts + rings) if facts else rings
+        counted = n_conn + dropped
+        once = self._once
+        host = thread.host
+        for index, body, kind in facts:
+            if kind is _ONCE:
+                key = (host, body)
+                if key in once:
+                    counted += 1
+                    continue  # read before for this thread's host: nothing would change
+                if len(once) >= MAX_ONCE:
+                    once.clear()
+                once.add(key)
+            counted += 1
+            self._read(body, head, pre, lineno + index)
+        return counted
+
+    def _read(self, body: bytes, head: str, pre: str, lineno: int) -> None:
+        text = body.decode()
+        # what `_record` does for an INFO line, less the counting and host (done for the block)
+        self._info(head + text, text.rstrip(), pre, lineno)
+
+    def _fold(self, thread, head: str, conn: list[bytes], start: int, end: int, chan: list[bool], lineno: int,
+              among: list[bool] | None = None) -> bool:
+        """Fold the `Channel` lines `conn` of lines [start, end) (those of them marked in `among`, when
+        given); False (and nothing changed) if the exact path must read them."""
+        parts = list(map(bytes.partition, conn, repeat(_SEP)))
+        codes = list(map(self._codes.__getitem__, map(_HEAD, parts)))
+        if _INVALID in codes:
+            return False
+        rest_list = list(map(_REST, parts))
+        first_rest = rest_list[0]
+        if rest_list.count(first_rest) == len(rest_list):
+            groups = {first_rest: [0, set(codes)]}
+        else:
+            # per distinct rest: its first line (the evidence, and the order keys are created in) and codes
+            groups = {}
+            for index, rest, code in zip(count(), rest_list, codes):
+                group = groups.get(rest)
+                if group is None:
+                    groups[rest] = [index, {code}]
+                else:
+                    group[1].add(code)
         cache = self._rest_bytes
         parsed_of = {}
-        for rest in rests:
+        for rest in groups:
             parsed = cache.get(rest)
             if parsed is None:
                 parsed = self.parse_rest(rest.decode())
                 if len(cache) >= P.MAX_REST_CACHE:
                     cache.clear()
                 cache[rest] = parsed
-            if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit():
-                self._fold_exact(thread, head, lines, start, end, lineno)
-                return
+            if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
+                    or _OPCOUNT in rest:
+                return False
             parsed_of[rest] = parsed
-        if len(rests) == 1:
-            groups = [(next(iter(rests)), set(map(codes_of, map(_HEAD, parts))))]
-        else:
-            groups = [(rest, set(map(codes_of, map(_HEAD, items))))
-                      for rest, items in groupby(sorted(parts, key=_REST), key=_REST)]
-        if any(_INVALID in codes for _, codes in groups):
-            self._fold_exact(thread, head, lines, start, end, lineno)
-            return
         inst = thread.current
         target = inst.conns if inst is not None else thread.pending
-        for rest, codes in groups:
+        if len(target) + len(groups) > P.MAX_CONN_KEYS_PER_INSTANCE:
+            return False  # the bound decides which keys are kept: line by line
+        numbers = None
+        for rest, (first, group_codes) in groups.items():
             parsed = parsed_of[rest]
             key = parsed[0]
             agg = target.get(key)
             if agg is None:
-                tail = _SEP + rest
-                if len(target) >= P.MAX_CONN_KEYS_PER_INSTANCE:
-                    self.conn_overflow += sum(1 for line in conn if line.endswith(tail))
-                    continue
-                index = next(i for i in range(start, end) if is_conn[i] and lines[i].endswith(tail)
-                             and lines[i].partition(_SEP)[2] == rest)
-                line = lines[index]
+                if numbers is None:  # line number of the k-th `Channel` line of the stretch
+                    numbers = list(compress(range(start, end), chan[start:end])) if len(conn) != end - start \
+                        else range(start, end)
+                    if among is not None:
+                        numbers = list(compress(numbers, among))
+                line = conn[first]
                 src, dst, via, direction = key
                 agg = target[key] = ConnAgg("Ring" if line.startswith(b"Ring") else "Channel", src, dst, parsed[1],
-                                            parsed[2], direction, via, parsed[3], parsed[4], lineno + index,
+                                            parsed[2], direction, via, parsed[3], parsed[4], lineno + numbers[first],
                                             head + line.decode())
-            agg.codes.update(codes)
+            agg.codes.update(group_codes)
+        return True
 
-    def _fold_exact(self, thread, head: str, lines: list[bytes], start: int, end: int, lineno: int) -> None:
-        saved = self.lines_nccl
+    def _fold_exact(self, lines: list[bytes], head: str, start: int, end: int, lineno: int) -> None:
         self._feed_selected((lineno + i, head + lines[i].decode()) for i in range(start, end)
-                            if b": opCount " not in lines[i])
-        self.lines_nccl = saved  # the block counts its lines itself
+                            if _OPCOUNT not in lines[i])

@@ -1,4 +1,6 @@
-"""One handler per kind of NCCL line other than connection lines (those are folded in `lines`/`fast`).
+"""One handler per kind of NCCL line other than connection lines (those are folded in `lines`/`fast`):
+the dispatch of INFO lines, communicator lines, rings, trees, other program output. The log-wide
+facts (environment, network, paths, warnings...) are in `facts`.
 
 Each handler reads one line already classified by its tag and updates the parser's bounded state.
 """
@@ -7,19 +9,7 @@ from __future__ import annotations
 
 import re
 
-from k3diag.model.nccl import (
-    NcclChannelCounts,
-    NcclDmaBuf,
-    NcclGdr,
-    NcclGraph,
-    NcclMessage,
-    NcclMnnvlHealth,
-    NcclNvlsSupport,
-    NcclP2PDisabled,
-    NcclPath,
-    NcclRank,
-    NcclTree,
-)
+from k3diag.model.nccl import NcclRank, NcclTree
 from k3diag.model.source import SourceRef
 from k3diag.parse.ids import bdf_from_nccl_busid
 from k3diag.parse.nccl import patterns as P
@@ -45,9 +35,14 @@ class LineHandlers:
         return SourceRef(self.input, lineno, text)
 
     def _skip(self, lineno: int) -> None:
+        """Counted; the smallest line numbers kept as examples (the bulk path may skip out of order)."""
         self.skipped += 1
-        if len(self.skipped_lines) < P.MAX_EXAMPLES:
-            self.skipped_lines.append(lineno)
+        examples = self.skipped_lines
+        if len(examples) < P.MAX_EXAMPLES:
+            examples.append(lineno)
+        elif lineno < max(examples):
+            examples.remove(max(examples))
+            examples.append(lineno)
 
     def _thread(self, pre: str) -> Thread:
         cached = self.prefix_cache.get(pre)
@@ -331,14 +326,22 @@ class LineHandlers:
         return inst
 
     def _comm(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        ptr_match = P.COMM_RE.search(body)
-        if not ptr_match:
-            return
-        if body.startswith("NVLS ") or "headRank" in body:
-            return
+        # the two shapes of nearly every communicator line (2.13+), read by one strict match: the same
+        # values `_comm_values` finds in them (a test checks it), without tokenizing
+        strict = _INIT_LINE_RE.fullmatch(body) if body.startswith("ncclCommInitRank comm 0x") else \
+            _COMM_LINE_RE.fullmatch(body) if body.startswith("comm 0x") else None
+        if strict is not None:
+            ptr = strict.group(1).lower()
+            values = dict(zip(_INIT_KEYS if strict.re is _INIT_LINE_RE else _COMM_LINE_KEYS, strict.groups()[1:]))
+        else:
+            ptr_match = P.COMM_RE.search(body)
+            if not ptr_match:
+                return
+            if body.startswith("NVLS ") or "headRank" in body:
+                return
+            ptr = ptr_match.group(1).lower()
+            values = _comm_values(body)
         thread = self._thread(pre)
-        ptr = ptr_match.group(1).lower()
-        values = _comm_values(body)
         ikey = (thread.host, thread.pid, ptr)
         inst = self.instances.get(ikey)
         if inst is None:
@@ -424,191 +427,17 @@ class LineHandlers:
             self.conn_overflow += _absorb(inst.conns, thread.pending)
             thread.pending = {}
 
-    def _env(self, raw: str, body: str, lineno: int) -> None:
-        match = P.ENV_RE.match(body)
-        if not match:
-            return
-        name = match.group("name")
-        value = match.group("value").strip()
-        if value.endswith(".") and value[:-1].replace("-", "").isdigit():
-            value = value[:-1]
-        if name in self.env:
-            if self.env[name] != value:
-                self.env_conflicts.setdefault(name, {self.env[name]}).add(value)
-            return
-        if len(self.env) >= P.MAX_ENV:
-            return
-        self.env[name] = value
-        self.env_sources[name] = self._source(lineno, raw)
 
-    def _net(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        net = self.net
-        if body.startswith("Failed to open libibverbs") or "Failed to open libibverbs" in body[:40]:
-            net.ibverbs_missing = True
-            self._net_source(lineno, raw)
-            return
-        if "No device found" in body and body.startswith("NET/IB"):
-            net.ib_not_found = True
-            self._net_source(lineno, raw)
-            return
-        match = P.USING_NETWORK_RE.match(body)
-        if match:
-            if net.network is None:
-                net.network = match.group("name")
-                self._net_source(lineno, raw)
-            return
-        match = P.NET_USING_RE.match(body)
-        if match:
-            bucket = net.ib_devices if match.group("kind") == "IB" else net.socket_devices
-            for dev in P.NET_DEVICE_RE.findall(match.group("devs")):
-                if dev not in bucket and len(bucket) < 64:
-                    bucket.append(dev)
-            return
-        if body.startswith("NET/Plugin"):
-            loaded = P.NET_PLUGIN_LOADED_RE.search(body)
-            if loaded and net.plugin is None:
-                net.plugin = loaded.group("name").strip() or None
-                self._net_source(lineno, raw)
-            return
-        if "GPU Direct RDMA" in body:
-            self._gdr(raw, body, pre, lineno)
-
-    def _net_source(self, lineno: int, raw: str) -> None:
-        if len(self.net.sources) < 20:
-            self.net.sources.append(self._source(lineno, raw))
-
-    def _gdr(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        if len(self.gdr) >= P.MAX_GDR:
-            return
-        host = self._thread(pre).host
-        match = P.GDR_GPU_RE.search(body)
-        if match:
-            key = (host, match.group("gpu").lower(), match.group("hca"), match.group("state"))
-            if key not in self.gdr:
-                self.gdr[key] = NcclGdr(enabled=match.group("state") == "Enabled",
-                                        gpu_bus_id=bdf_from_nccl_busid(match.group("gpu")), hca=match.group("hca"),
-                                        reason=match.group("why"), host=host, source=self._source(lineno, raw))
-            return
-        match = P.GDR_HCA_RE.search(body)
-        if match:
-            key = (host, None, match.group("name"), match.group("state"))
-            if key not in self.gdr:
-                self.gdr[key] = NcclGdr(enabled=match.group("state") == "Enabled", gpu_bus_id=None,
-                                        hca=match.group("name"), reason=match.group("why"), host=host,
-                                        source=self._source(lineno, raw), hca_index=int(match.group("hca")))
-
-    def _dmabuf(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        match = P.DMABUF_RE.search(body)
-        if not match or len(self.dmabuf) >= P.MAX_DMABUF:
-            return
-        host = self._thread(pre).host
-        state = match.group("state").lower()
-        key = (host, match.group("gpu"), match.group("name"), state)
-        if key not in self.dmabuf:
-            self.dmabuf[key] = NcclDmaBuf(
-                enabled=not state.startswith("not") and state != "disabled",
-                hca=match.group("name"), gpu=int(match.group("gpu")) if match.group("gpu") else None,
-                host=host, source=self._source(lineno, raw))
-
-    def _p2p_disabled(self, raw: str, body: str, pre: str, lineno: int, nvlink: bool) -> None:
-        match = P.P2P_DISABLED_RE.search(body)
-        if not match or len(self.p2p_disabled) >= P.MAX_P2P_DISABLED:
-            return
-        host = self._thread(pre).host
-        a, b = int(match.group("a")), int(match.group("b"))
-        key = (host, min(a, b), max(a, b), bool(match.group("nvl")) or nvlink)
-        if key not in self.p2p_disabled:
-            self.p2p_disabled[key] = NcclP2PDisabled(a, b, key[3], host, self._source(lineno, raw))
-
-    def _pattern(self, raw: str, body: str, lineno: int) -> None:
-        match = P.PATTERN_RE.match(body)
-        if not match or len(self.graphs) >= P.MAX_GRAPHS:
-            return
-        key = match.groups()
-        if key in self.graphs:
-            return
-        self.graphs[key] = NcclGraph(
-            pattern=int(match.group("pattern")), cross_nic=int(match.group("cross")),
-            n_channels=int(match.group("nch")), bw_intra=float(match.group("bw1")),
-            bw_inter=float(match.group("bw2")), type_intra=match.group("t1"), type_inter=match.group("t2"),
-            same_channels=int(match.group("same")), source=self._source(lineno, raw))
-
-    def _channel_counts(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        match = P.CHANNEL_COUNTS_RE.match(body)
-        if not match:
-            return
-        host = self._thread(pre).host
-        nvls = int(match.group("nvls")) if match.group("nvls") is not None else None
-        collnet = int(match.group("collnet")) if match.group("collnet") is not None else None
-        key = (host, int(match.group("coll")), collnet, nvls, int(match.group("p2p")))
-        if key not in self.channel_counts and len(self.channel_counts) < 200:
-            self.channel_counts[key] = NcclChannelCounts(coll=key[1], collnet=collnet, nvls=nvls, p2p=key[4],
-                                                         host=host, source=self._source(lineno, raw))
-
-    def _mnnvl_health(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        match = P.HEALTH_MASK_RE.search(body)
-        if not match or len(self.mnnvl_health) >= 200:
-            return
-        host = self._thread(pre).host
-        key = (host, match.group("mask").lower())
-        if key not in self.mnnvl_health:
-            self.mnnvl_health[key] = NcclMnnvlHealth(mask=key[1], host=host, source=self._source(lineno, raw))
-
-    def _nvls_support(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        match = P.NVLS_SUPPORT_RE.match(body)
-        if not match or len(self.nvls_support) >= 200:
-            return
-        host = self._thread(pre).host
-        key = (host, match.group("dev"), match.group("not") is None)
-        if key not in self.nvls_support:
-            self.nvls_support[key] = NcclNvlsSupport(available=key[2], gpu=int(key[1]) if key[1].isdigit() else None,
-                                                     host=host, source=self._source(lineno, raw))
-
-    def _path(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        head = P.PATH_HEAD_RE.match(body)
-        if not head or len(self.paths) >= P.MAX_PATHS:
-            return
-        host = self._thread(pre).host
-        src = head.group("node")
-        source = None
-        for item in P.PATH_ITEM_RE.finditer(head.group("rest")):
-            dst = item.group("node")
-            if dst == src:
-                continue
-            key = (host, src, dst)
-            if key in self.paths:
-                continue
-            if source is None:
-                source = self._source(lineno, raw)
-            self.paths[key] = NcclPath(src=src, dst=dst, hops=int(item.group("hops")), bw=float(item.group("bw")),
-                                       path_type=item.group("type"), src_bus_id=_node_bus_id(src),
-                                       dst_bus_id=_node_bus_id(dst), host=host, source=source)
-
-    def _warn(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        match = P.PREFIX_RE.search(pre) or P.PREFIX_NOPID_RE.search(pre)
-        src_file = match.group("file") if match else None
-        src_line = int(match.group("fline")) if match and match.group("fline") else None
-        if src_file and ("rccl" in src_file or "hipify" in src_file):
-            self.rccl_hints += 1
-        if body.startswith("P2P is disabled"):
-            self._p2p_disabled(raw, body, pre, lineno, nvlink=True)
-        if "Failed to open libibverbs" in body:
-            self.net.ibverbs_missing = True
-            self._net_source(lineno, raw)
-        self._message("WARN", body, src_file, src_line, raw, lineno)
-
-    def _message(self, level: str, text: str, src_file: str | None, src_line: int | None, raw: str,
-                 lineno: int) -> None:
-        key = (level, src_file, src_line, text)
-        msg = self.messages.get(key)
-        if msg is not None:
-            msg.count += 1
-            return
-        if len(self.messages) >= P.MAX_MESSAGES:
-            self.messages_dropped += 1
-            return
-        self.messages[key] = NcclMessage(level, text, src_file, src_line, 1, self._source(lineno, raw))
-
+# `ncclCommInitRank comm 0x.. rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 1b000 commId 0x.. - Init START`
+_INIT_LINE_RE = re.compile(
+    r"ncclCommInitRank comm (0x[0-9a-fA-F]+) rank ([0-9]+) nranks ([0-9]+) cudaDev ([0-9]+) nvmlDev ([0-9]+) "
+    r"busId ([0-9a-fA-F]+) commId (0x[0-9a-fA-F]+) - Init (?:START|COMPLETE)", re.ASCII)
+_INIT_KEYS = ("rank", "nranks", "cudadev", "nvmldev", "busid", "commid")
+# `comm 0x.. rank 3 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0`
+_COMM_LINE_RE = re.compile(
+    r"comm (0x[0-9a-fA-F]+) rank ([0-9]+) nRanks ([0-9]+) nNodes ([0-9]+) localRanks ([0-9]+) localRank ([0-9]+)"
+    r"(?: MNNVL [0-9]+)?", re.ASCII)
+_COMM_LINE_KEYS = ("rank", "nranks", "nnodes", "localranks", "localrank")
 
 _COMM_KEYS = {"rank": "rank", "nranks": "nranks", "nRanks": "nranks", "nNodes": "nnodes", "localRanks": "localranks",
               "localRank": "localrank", "cudaDev": "cudadev", "nvmlDev": "nvmldev", "busId": "busid", "commId": "commid"}
@@ -651,11 +480,3 @@ def _absorb(target: dict, extra: dict) -> int:
 
     return absorb_all(target, extra, P.MAX_CONN_KEYS_PER_INSTANCE)
 
-
-def _node_bus_id(node: str) -> str | None:
-    kind, _, ident = node.partition("/")
-    if kind != "GPU":
-        return None
-    if "-" in ident:
-        ident = ident.split("-", 1)[1]
-    return bdf_from_nccl_busid(ident)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from k3diag.model.nccl import NcclNet, NcclRank
 from k3diag.model.source import SourceRef
+from k3diag.parse.nccl.facts import FactHandlers
 from k3diag.parse.nccl.fast import FastFeed
 from k3diag.parse.nccl.handlers import LineHandlers
 from k3diag.parse.nccl.lines import LineFeed
 from k3diag.parse.nccl.state import Instance, Thread
 
 
-class NcclLogParser(LineHandlers, LineFeed, FastFeed):
+class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
     def __init__(self, input_name: str, cut_part: bool = False) -> None:
         self.input = input_name
         # a part of a file cut for parallel parsing, other than the first: see `state.Thread.head`
