@@ -34,6 +34,10 @@ class AdviceError(ValueError):
     """An impossible or malformed request; the message is one sentence for the user."""
 
 
+class NoGpuError(AdviceError):
+    """The host or inputs hold no GPU to plan for: nothing to judge (exit 3), not a wrong command line."""
+
+
 @dataclass
 class Hardware:
     gpu: GpuSpec
@@ -92,7 +96,7 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
     """GPU model and count from a Machine (bundle, saved outputs or the live host)."""
     gpus = machine.sorted_gpus() if hasattr(machine, "sorted_gpus") else []
     if not gpus:
-        raise AdviceError(f"no GPUs were found in {source}; pass --gpu NAME --count N instead.")
+        raise NoGpuError(f"no GPUs were found in {source}; pass --gpu NAME --count N instead.")
     notes: list[str] = []
     if gpu_name:
         spec = find_gpu(gpu_name)

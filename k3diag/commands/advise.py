@@ -9,11 +9,13 @@ from typing import Any, List, Optional
 
 import typer
 
-from k3diag.exit_codes import EXIT_FAIL
+from k3diag.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 
-# advise's own errors (unknown model or GPU, bad config files, hosts without GPUs) exit 2, as its tests
-# and users expect; click's usage errors are 64 like every command's (k3diag/cli.py).
-USAGE_ERROR = EXIT_FAIL
+# advise's own refusals are usage errors, 64 like click's (k3diag/cli.py): an unknown model or GPU, flags
+# that contradict each other, a config or path that cannot be read. A host or input with no GPU to plan
+# for is 3, "cannot be judged", as for every command. Never 2: that says failures were found, and a CI
+# gate reading it would blame the hardware for a typo.
+USAGE_ERROR = EXIT_USAGE
 _CONTEXT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
 
@@ -32,9 +34,9 @@ def parse_context(text: str | None) -> int | None:
     return int(tokens)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = USAGE_ERROR) -> None:
     typer.echo(f"k3diag advise: {message}", err=True)
-    raise typer.Exit(USAGE_ERROR)
+    raise typer.Exit(code)
 
 
 def _list_catalogs() -> str:
@@ -75,7 +77,7 @@ def _live_machine() -> Any:
     try:
         result = load_live_machine()
     except Exception as exc:  # collection touches the host; its failure is one sentence here
-        _fail(f"could not read this host ({exc}); pass --gpu NAME --count N or --from PATH.")
+        _fail(f"could not read this host ({exc}); pass --gpu NAME --count N or --from PATH.", EXIT_UNKNOWN)
         raise
     return result[0] if isinstance(result, tuple) else result
 
@@ -120,7 +122,7 @@ def register(app: typer.Typer) -> None:
 
         from k3diag.advise.catalog import CatalogError, find_model, load_config_file, parse_dtype_overrides, with_overrides
         from k3diag.advise.memory import ReserveSettings
-        from k3diag.advise.plan import AdviceError, advise, hardware_from_flags, hardware_from_machine
+        from k3diag.advise.plan import AdviceError, NoGpuError, advise, hardware_from_flags, hardware_from_machine
         from k3diag.advise.render import render
         from k3diag.advise.training import OPTIMIZERS, RECOMPUTE_MODES, TrainSettings
 
@@ -204,6 +206,9 @@ def register(app: typer.Typer) -> None:
                     offload=offload,
                 )
             plan = advise(spec, hardware, context=tokens, reserve=reserve, tp=tp, pp=pp, ep=ep, dp=dp, batch=batch, train=settings)
+        except NoGpuError as exc:
+            _fail(str(exc), EXIT_UNKNOWN)
+            return
         except (CatalogError, AdviceError, ValueError) as exc:
             _fail(str(exc))
             return
