@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
         """Answer the procurement checklist question by question: PASS, WARN, FAIL or UNKNOWN, with evidence.
 
         Exit codes: 0 every answer passes, 1 warnings or unanswered questions, 2 failures,
-        3 nothing in the bundle could be analyzed (or the bundle was refused).
+        3 nothing in the bundle could be analyzed (or the bundle was refused), 64 a wrong command
+        line (unknown --model, a bad --expect file, a report path that cannot be written).
         """
         import json
         import sys
@@ -47,7 +48,7 @@ def register(app: typer.Typer) -> None:
                 # A typo in --model would otherwise cost one UNKNOWN answer and a misleading exit code.
                 message = str(exc).split("; or pass --config")[0].rstrip(".")
                 typer.echo(f"k3diag audit: {message}.", err=True)
-                raise typer.Exit(2) from None
+                raise typer.Exit(EXIT_USAGE) from None
         import os
 
         from k3diag.render.escape import safe_message
@@ -61,9 +62,9 @@ def register(app: typer.Typer) -> None:
         except BundleError as exc:
             typer.echo(f"k3diag audit: {safe_message(exc)}", err=True)
             raise typer.Exit(3) from None
-        except SpecError as exc:
+        except SpecError as exc:  # the --expect file is wrong: the command line's error, not the machine's
             typer.echo(f"k3diag audit: {safe_message(exc)}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_USAGE) from None
         written: list[str] = []
         try:
             if html is not None:
@@ -78,7 +79,7 @@ def register(app: typer.Typer) -> None:
                 written.append(str(md))
         except OSError as exc:
             typer.echo(f"k3diag audit: could not write the report ({exc.strerror or exc}); check the path", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_USAGE) from None
         if as_json:
             text = json.dumps(report.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
             sys.stdout.flush()

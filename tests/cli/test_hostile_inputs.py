@@ -231,13 +231,13 @@ def test_advise_config_that_is_not_a_config_is_one_sentence(tmp_path: Path, make
     config = tmp_path / "config.json"
     make(config)
     result = runner.invoke(app, ["advise", "--config", str(config), "--gpu", "h100", "--count", "8"])
-    assert result.exit_code == 2
+    assert result.exit_code == 64
     assert result.output.strip() == f"k3diag advise: {config} {expected}"
 
 
 def test_audit_unknown_model_is_a_usage_error() -> None:
     result = runner.invoke(app, ["audit", str(GOOD_BUNDLE), "--model", "kimi-k9"])
-    assert result.exit_code == 2
+    assert result.exit_code == 64
     assert result.output.startswith("k3diag audit: unknown model 'kimi-k9'.")
     assert "Known models:" in result.output and "--config" not in result.output
 
