@@ -109,6 +109,7 @@ class FastFeed:
         lineno = first_line
         exact_from = pos = 0
         short = 0
+        jumped = False  # the last skip went to the next init line and found no run there: skip far
         while pos < n:
             found = match(chunk, pos)
             if found is None:
@@ -122,7 +123,8 @@ class FastFeed:
                 short += 1
                 if short >= SHORT_RUNS_BEFORE_SKIP:
                     short = 0
-                    ahead = find(_INIT_AHEAD, pos, pos + SKIP_BYTES)
+                    ahead = -1 if jumped else find(_INIT_AHEAD, pos, pos + SKIP_BYTES)
+                    jumped = True
                     if ahead >= 0:
                         pos = max(pos, chunk.rfind(b"\n", pos, ahead) + 1)
                     else:
@@ -130,6 +132,7 @@ class FastFeed:
                         pos = n if nl < 0 else nl + 1
                 continue
             short = 0
+            jumped = False
             if exact_from < pos:
                 lineno = self._exact_bytes(chunk[exact_from:pos], lineno)
             lineno = self._block(chunk[pos:end], found.group(1), nlines, lineno, clean)
@@ -189,9 +192,13 @@ class FastFeed:
             elif kind is _READ or kind is _ONCE:
                 facts.append((index, body, kind))
             else:  # a line that may change what the thread is initializing, or one for the exact path
-                counted += self._stretch(thread, head, pre, lines, chan, start, index, skipped + dropped + len(facts),
-                                         dropped, facts, lineno)
-                facts, skipped, dropped = [], 0, 0
+                if facts or index - start > skipped + dropped:
+                    counted += self._stretch(thread, head, pre, lines, chan, start, index,
+                                             skipped + dropped + len(facts), dropped, facts, lineno)
+                    facts = []
+                else:
+                    counted += dropped  # nothing to fold or read there
+                skipped = dropped = 0
                 if kind is _CUT:
                     counted += 1
                     self._read(body, head, pre, lineno + index)
@@ -280,11 +287,13 @@ class FastFeed:
             parsed = cache.get(rest)
             if parsed is None:
                 parsed = self.parse_rest(rest.decode())
+                if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
+                        or _OPCOUNT in rest:
+                    parsed = _UNPARSED  # for the exact path to read (and count) line by line
                 if len(cache) >= P.MAX_REST_CACHE:
                     cache.clear()
                 cache[rest] = parsed
-            if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
-                    or _OPCOUNT in rest:
+            if parsed is _UNPARSED:
                 return False
             parsed_of[rest] = parsed
         inst = thread.current

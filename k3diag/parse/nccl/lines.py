@@ -50,6 +50,10 @@ class LineFeed:
         actions = P.TAG_ACTIONS
         record = self._record
         host_seen = self._host_seen
+        hosts = self.hosts_seen  # `_host_seen` is called only for a thread whose host is not there yet
+        conn_line = self._conn_line
+        head_codes = self.head_cache.get
+        rests = self.rest_cache.get
         dropped = 0
         for lineno, raw in numbered:
             k = raw.find(mark)
@@ -73,7 +77,8 @@ class LineFeed:
                     thread = threads_get(pre)
                     if thread is None:
                         thread = self._thread(pre)
-                    host_seen(thread, lineno, raw)
+                    if thread.host not in hosts:
+                        host_seen(thread, lineno, raw)
             elif action == 1:
                 body = raw[k + 11 :]
                 if " via " in body:
@@ -85,9 +90,21 @@ class LineFeed:
                         # several records glued on one line (terminal wrap), or trailing blanks
                         self._split_and_feed(raw, lineno)
                         continue
-                    self.lines_nccl += 1
-                    host_seen(thread, lineno, raw)
-                    self._conn_line(thread, body, raw, lineno)
+                    dropped += 1  # counted with the dropped lines: an NCCL line either way
+                    if thread.host not in hosts:
+                        host_seen(thread, lineno, raw)
+                    # most lines repeat a known head and rest for a key the instance has: one more code
+                    head, _, rest = body.partition(" : ")
+                    code = head_codes(head)
+                    if code is not None:
+                        parsed = rests(rest)
+                        if parsed.__class__ is tuple:
+                            inst = thread.current
+                            agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
+                            if agg is not None:
+                                agg.codes.add(code[1])
+                                continue
+                    conn_line(thread, body, raw, lineno)
                     continue
                 record(raw, k, lineno)
             else:
@@ -100,7 +117,8 @@ class LineFeed:
                     thread = threads_get(pre)
                     if thread is None:
                         thread = self._thread(pre)
-                    host_seen(thread, lineno, raw)
+                    if thread.host not in hosts:
+                        host_seen(thread, lineno, raw)
         self.lines_nccl += dropped
 
     def _conn_line(self, thread: Thread, body: str, raw: str, lineno: int) -> None:

@@ -121,9 +121,9 @@ def _stats(insts: list[Instance], extra: dict) -> tuple[bool, NcclRunSummary]:
         for key, agg in source.items():
             entry = folded.get(key)
             if entry is None:
-                folded[key] = (agg.transport, set(agg.codes))
+                folded[key] = (agg.transport, agg.codes)  # read only: copied if another instance adds to it
             else:
-                entry[1].update(agg.codes)
+                folded[key] = (entry[0], entry[1] | agg.codes)
             if agg.nranks_suffix:
                 suffix = max(suffix, agg.nranks_suffix)
     for inst in insts:
