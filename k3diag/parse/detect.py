@@ -119,7 +119,9 @@ def _start_lines(text: str) -> Iterator[tuple[int, _LineKind]]:
         cut = size if cut < 0 else cut
         window = text[position:cut]  # the whole text, not a copy, when it fits in one window
         lines = window.split("\n")
-        distinct = set(compress(lines, map(_FITS, map(len, lines))))
+        distinct = set(lines)
+        if max(map(len, distinct)) > MAX_START_LINE_CHARS:  # rare: measured on the distinct lines only
+            distinct = set(compress(distinct, map(_FITS, map(len, distinct))))
         holding = _holding_literals(distinct)
         fresh = [line for line in holding if line not in kinds]
         kinds.update(zip(fresh, _classify(fresh)))

@@ -90,7 +90,8 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec("nccl-log", "k3diag.parse.nccl_log", "k3diag.join.merge_nccl:merge_nccl_log", streaming=True,
                hint=r"[NR]CCL"),
     FormatSpec("nccl-tests", "k3diag.parse.nccl_tests", "k3diag.join.merge_bench:merge_benchmark",
-               hint=rf"nThread|Collective test|busbw|bus bandwidth|Out of bounds|_perf|\s(?:{_NCCL_TESTS_TYPES})\s",
+               # a row's type column is one of `_TYPES` as printed, lower case: `\tINT Msg` of lspci is none
+               hint=rf"nThread|Collective test|busbw|bus bandwidth|Out of bounds|_perf|\s(?-i:{_NCCL_TESTS_TYPES})\s",
                start=("nGpus", "Collective test starting:", "_perf")),
     FormatSpec("p2p-bandwidth-latency-test", "k3diag.parse.p2p_bandwidth", "k3diag.join.merge_bench:merge_benchmark",
                hint=r"P2P|Access Peer", start=("P2P (Peer-to-Peer)",)),

@@ -143,3 +143,23 @@ def test_a_hint_is_found_in_unicode_text_its_regex_matches() -> None:
     spec = next(spec for spec in FORMATS if spec.name == "lspci-vv")
     assert spec.may_match("\u2003\u2003LN\u212aSTA: Speed 16GT/s")  # KELVIN SIGN for K: re.I says yes
     assert not spec.may_match("nothing of the kind \u00e9")
+
+
+@pytest.mark.parametrize("variant", ["as saved", "prompts", "e-mail quoting", "tabs to spaces"])
+def test_no_hint_hides_a_text_its_sniffer_would_score(variant: str) -> None:
+    """A hint only spares work when it is a superset of what its sniffer accepts: a sniffer scoring a
+    text its hint rejects (any score: a command on the prompt adds 0.3) could have won detection."""
+    from k3diag.parse.registry import parser_module
+
+    specs = [(spec, parser_module(spec)) for spec in FORMATS]
+    for path in TEXTS:
+        text = normalize(VARIANTS[variant](path.read_bytes().decode("utf-8", errors="replace")))[:64 * 1024]
+        folded = fold(text)
+        for spec, module in specs:
+            if module is None or spec.may_match(text, folded):
+                continue
+            try:
+                score = float(module.sniff(text))
+            except Exception:
+                continue
+            assert score <= 0, f"{path.relative_to(FIXTURES)} ({variant}): {spec.name} scores {score} but its hint says no"
