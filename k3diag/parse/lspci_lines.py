@@ -47,7 +47,8 @@ INTERESTING_RE = lazy(
 _USED_KEYS = (r"Lnk(?:Cap2?|Sta|Ctl2):|ACSC(?:ap|tl):|Bus: primary=|Kernel (?:driver in use|modules):|NUMA node:"
               r"|Physical Slot:|IOMMU group|Flags:(?=(?:[^I\n]++|I(?!OMMU group))*+I)"
               r"|Capabilities:(?= <access denied>|(?:[^EA\n]++|E(?!xpress )|A(?!ccess Control Services))*+[EA])")
-EVENT_RE = lazy(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))", re.M)
+# A match runs to the end of its line, so it hands the parser the line and where it ends.
+EVENT_RE = lazy(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))[^\n]*+", re.M)
 # A capability line among those `EVENT_RE` does not visit.
 CAPS_LINE_RE = lazy(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
 KEY_PREFIXES = ("LnkCap:", "LnkSta:", "LnkCap2:", "LnkCtl2:", "ACSCap:", "ACSCtl:", "Bus: primary=")
