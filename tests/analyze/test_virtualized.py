@@ -82,3 +82,17 @@ def test_numa_affinity_spanning_nodes_on_every_gpu_is_a_vm_sign() -> None:
     assert "NUMA affinity 0-1 on every GPU (nvidia-smi topo -m)" in found["topology-virtualized"].explanation
     untouched = _findings([Evidence(name="topo.txt", data=text.encode(), kind="file")])
     assert "topology-virtualized" not in untouched
+
+
+def test_two_signs_on_one_line_quote_it_once() -> None:
+    from k3diag.analyze.rules.virtual import RULES
+    from k3diag.model.machine import Machine
+    from k3diag.model.source import SourceRef
+    from k3diag.model.virtual import add_virtual_sign
+
+    machine = Machine()
+    line = SourceRef(input="host", line=1, text="flags : fpu vme hypervisor")
+    add_virtual_sign(machine, "vm", "the CPU reports the `hypervisor` flag", line)
+    add_virtual_sign(machine, "vm", "the CPU model is a virtual one", line)
+    findings = [f for rule in RULES for f in rule.check(machine, [])]
+    assert findings and [ref.text for ref in findings[0].evidence] == ["flags : fpu vme hypervisor"]
