@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from itertools import compress, count
 from typing import Iterator
 
+from k3diag.parse.hints import fold
 from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
 
@@ -274,10 +275,19 @@ def _lines_holding(text: str, literals: tuple[str, ...]) -> list[int]:
 
 
 def streaming_format(head_text: str) -> FormatSpec | None:
-    for spec in available_formats(head_text):
-        if not spec.streaming:
+    """The streaming format (an NCCL log) a file's head says it is, if any."""
+    # Only the streaming formats' hints are tried: the others' would be tried again, on the head
+    # `detect` reads, for the section they might be.
+    streaming = [spec for spec in FORMATS if spec.streaming]
+    if not streaming:
+        return None
+    folded = fold(head_text)
+    for spec in streaming:
+        if not spec.may_match(head_text, folded):
             continue
         module = parser_module(spec)
+        if module is None:
+            continue
         try:
             if float(module.sniff(head_text)) >= SNIFF_THRESHOLD:
                 # A file that is mostly another format with a few NCCL lines (nccl-tests prints
