@@ -6,7 +6,7 @@ literal searched with `str.find` over the whole text. Not imported by k3diag its
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 
 from k3diag.parse.registry import FORMATS, FormatSpec, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
@@ -24,15 +24,24 @@ def _hint_re(pattern: str) -> "re.Pattern[str]":
 
 
 def available_formats(text: str | None = None) -> list[FormatSpec]:
-    return [spec for spec in FORMATS
+    return list(_available(text))
+
+
+@lru_cache(maxsize=64)  # the tests ask twice for each head: once through streaming_format
+def _available(text: str | None) -> tuple[FormatSpec, ...]:
+    return tuple(spec for spec in FORMATS
             if (text is None or spec.hint is None or _hint_re(spec.hint).search(text) is not None)
-            and parser_module(spec) is not None]
+            and parser_module(spec) is not None)
 
 
 def detect(text: str, command: str | None = None) -> FormatSpec | None:
+    return _detect_head(text[:SNIFF_CHARS], command)
+
+
+@lru_cache(maxsize=256)
+def _detect_head(text: str, command: str | None) -> FormatSpec | None:
     from k3diag.parse.detect import command_format
 
-    text = text[:SNIFF_CHARS]
     best: tuple[float, FormatSpec] | None = None
     for spec in available_formats(text):
         module = parser_module(spec)
