@@ -16,8 +16,15 @@ _BDF_RE = re.compile(
 )
 
 
+# The spelling normalize_bdf returns: most calls (every lspci device, twice as it is merged) are
+# given it already, and a match is cheaper than the integer round trip.
+_CANONICAL_BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
 def normalize_bdf(text: str) -> str:
     """Return `dddd:bb:dd.f` in lower case, or the input stripped if it is not a BDF."""
+    if len(text) == 12 and _CANONICAL_BDF_RE.fullmatch(text):
+        return text
     cleaned = text.strip()
     match = _BDF_RE.match(cleaned)
     if not match:
