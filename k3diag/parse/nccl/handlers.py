@@ -64,20 +64,9 @@ class LineHandlers:
         if thread is None:
             if len(self.threads) >= max(P.MAX_THREADS, self.thread_limit):
                 # drop threads that hold nothing; a 5 GB log of many short jobs must not grow
-                for key_, old in list(self.threads.items()):
-                    if old.pending or old.current is not None:
-                        continue
-                    head = old.head
-                    if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
-                        continue
-                    if head is not None and old.head_closed:
-                        self.adopters[key_] = old.adopter  # what the merge needs of an empty head
-                    elif head is not None:
-                        continue  # still open: the merge must know this thread did nothing yet
-                    del self.threads[key_]
+                self.forget_idle_threads()
                 # what could not be forgotten stays: look again only once as many threads came
                 self.thread_limit = 2 * len(self.threads)
-                self.prefix_cache.clear()
             thread = Thread(host=key[0], pid=key[1], tid=key[2], dev=dev)
             if self.cut_part:
                 # what this thread does before its first comm line here continues the previous part
@@ -90,6 +79,21 @@ class LineHandlers:
             self.prefix_cache.clear()
         self.prefix_cache[pre] = thread
         return thread
+
+    def forget_idle_threads(self) -> None:
+        """Threads with nothing in flight are dropped (what a merge needs of them stays in `adopters`)."""
+        for key, old in list(self.threads.items()):
+            if old.pending or old.current is not None:
+                continue
+            head = old.head
+            if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
+                continue
+            if head is not None and old.head_closed:
+                self.adopters[key] = old.adopter  # what the merge needs of an empty head
+            elif head is not None:
+                continue  # still open: the merge must know this thread did nothing yet
+            del self.threads[key]
+        self.prefix_cache.clear()
 
     def _host_seen(self, thread: Thread, lineno: int, raw: str) -> None:
         """Hosts named on any NCCL line, with or without a rank (Bootstrap, NET/IB, WARN...)."""

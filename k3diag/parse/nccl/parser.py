@@ -108,7 +108,9 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.rest_cache = {}
         self.ring_cache = {}
         self.__dict__.pop("_codes", None)
-        self.__dict__.pop("_rest_bytes", None)
+        for name in ("_rest_bytes", "_kinds", "_once"):
+            self.__dict__.pop(name, None)
+        self.forget_idle_threads()  # fewer to send and merge; the merge treats both alike
 
 
 def _message_text(msg) -> str:
