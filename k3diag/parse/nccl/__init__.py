@@ -22,7 +22,8 @@ connection line is attributed to the communicator its thread is initializing (th
 at init start in 2.4-2.6 and 2.13+, the `Init COMPLETE` line at the end in 2.7-2.12).
 
 Modules: `patterns` (line shapes, bounds), `state` (threads, instances, folded connections),
-`lines` (the exact per-line path), `handlers` (one per kind of line), `fast` (bytes in bulk),
+`lines` (the exact per-line path), `handlers` (one per kind of line; `facts` for log-wide facts),
+`fast` (bytes in bulk),
 `pool` (a big file split across processes), `runs` (communicators built after the last line).
 """
 
