@@ -81,18 +81,28 @@ class LineHandlers:
         return thread
 
     def forget_idle_threads(self) -> None:
-        """Threads with nothing in flight are dropped (what a merge needs of them stays in `adopters`)."""
+        """Threads with nothing in flight are dropped (what a merge needs of them stays in `adopters`).
+
+        In a cut part an open head that holds nothing goes too: a thread that never prints a comm line
+        (the main thread's `cudaDriverVersion` and `Bootstrap` lines) would otherwise keep one per process
+        for the whole part, and memory would grow with the log. Forgetting it changes nothing at the
+        merge: an empty open head hands nothing on, and the earlier part's state of the thread continues."""
+        forgotten: set[int] = set()
         for key, old in list(self.threads.items()):
-            if old.pending or old.current is not None:
-                continue
             head = old.head
-            if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
+            holds = head is not None and bool(head.conns or head.rings or head.ring_next or head.trees)
+            empty_open_head = head is not None and not old.head_closed and old.current is head and not holds
+            if old.pending or (old.current is not None and not empty_open_head) or holds:
                 continue
             if head is not None and old.head_closed:
                 self.adopters[key] = old.adopter  # what the merge needs of an empty head
-            elif head is not None:
-                continue  # still open: the merge must know this thread did nothing yet
+            forgotten.add(id(old))
             del self.threads[key]
+        if forgotten:
+            # a prefix must not keep leading to a forgotten thread: its next line makes a new one
+            # (in place: the line loops hold this dict's `get`)
+            for pre in [pre for pre, thread in self.prefix_cache.items() if id(thread) in forgotten]:
+                del self.prefix_cache[pre]
         self.prefix_cache.clear()
 
     def _host_seen(self, thread: Thread, lineno: int, raw: str) -> None:
