@@ -157,3 +157,11 @@ def test_strict_communicator_lines_give_the_tokenized_values(body: str) -> None:
     keys = handlers._INIT_KEYS if strict.re is handlers._INIT_LINE_RE else handlers._COMM_LINE_KEYS
     assert dict(zip(keys, strict.groups()[1:])) == handlers._comm_values(body)
     assert strict.group(1).lower() == handlers.P.COMM_RE.search(body).group(1).lower()
+
+
+def test_a_block_opening_with_glued_records_names_the_host_on_the_first_record() -> None:
+    """Found by the mixtures above (seed 109): the exact path splits records glued on one line and quotes
+    the first alone as where the host was seen; the bulk path quoted the whole line."""
+    text = _log(109, 1, 1, False)
+    assert text.startswith("h0:100:200 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC  h0:100:200")
+    assert _canon(parse_bytes(text.encode("utf-8"), "mix.log")) == _exact(text)

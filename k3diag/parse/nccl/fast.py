@@ -35,6 +35,7 @@ _REST = itemgetter(2)
 _SEP = b" : "
 _VIA = b" via "
 _CHAN = b"Chan"
+_CONN_TAGS = (b"Chan", b"Ring")  # what the exact path reads as a connection line (`patterns.CONN_TAGS`)
 _OPCOUNT = b": opCount "
 _INVALID = -1
 _TAG_ACTIONS = {tag[5:].encode(): action for tag, action in P.TAG_ACTIONS.items()}  # by the body's first 4 bytes
@@ -172,8 +173,13 @@ class FastFeed:
         while first < nlines and _OPCOUNT in lines[first]:
             first += 1
         if first < nlines:
+            body = lines[first]
+            if body.startswith(_CONN_TAGS) and _VIA in body and b"  " in body:
+                # records glued on that line: the exact path splits them and quotes the first alone as
+                # where the host was seen (rare: a terminal's wrap), so it reads this block
+                return self._exact_bytes(block, lineno)
             # the host of this thread, named first on the block's first line that is not a COLL line
-            self._host_seen(thread, lineno + first, head + lines[first].decode())
+            self._host_seen(thread, lineno + first, head + body.decode())
         bodies = list(map(lines.__getitem__, others))
         kinds = list(map(self._kinds.get, bodies))
         if None in kinds:
