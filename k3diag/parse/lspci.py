@@ -11,10 +11,10 @@ print no markers, new ones print only `(downgraded)`).
 
 from __future__ import annotations
 
-import gc
 import re
 from dataclasses import dataclass, field
 
+from k3diag.gcpause import collector_paused
 from k3diag.model.pci import Acs, PciDevice, PciLink
 from k3diag.model.source import MAX_SOURCES_PER_RECORD, SourceRef
 from k3diag.parse.lspci_header import CLASS_CODES, class_code_for, header, leading_header, vendor_for
@@ -69,13 +69,8 @@ def parse(section: Section, input_name: str) -> LspciResult:
     """The devices of an `lspci` output; the bulk path, identical to `parse_lines` line for line."""
     # A 5,000-device output makes ~130,000 objects (devices, links, references) and not one cycle:
     # the cyclic collector would run ~190 times over the growing heap for nothing (~45 ms, 10%).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _Parser(section, input_name).run()
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def parse_lines(section: Section, input_name: str) -> LspciResult:

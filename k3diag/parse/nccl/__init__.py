@@ -29,12 +29,11 @@ Modules: `patterns` (line shapes, bounds), `state` (threads, instances, folded c
 
 from __future__ import annotations
 
-import gc
 import os
 import stat
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable
 
+from k3diag.gcpause import collector_paused
 from k3diag.parse.nccl.parser import NcclLogParser
 from k3diag.parse.nccl.patterns import DETAIL_RUNS, MAX_LINE_CHARS, TESTS_RANK_RE
 from k3diag.parse.nccl.runs import NcclLogResult
@@ -54,7 +53,7 @@ def parse_stream(lines: Iterable[str], input_name: str, first_line: int = 1,
     parser = NcclLogParser(input_name)
     if command and "NCCL_" in command:
         parser._cmdline_env(command, None)  # the prompt's own line number is not known here
-    with gc_paused():
+    with collector_paused():
         try:
             parser.feed(lines, first_line)
         except (UnicodeError, MemoryError) as exc:  # a broken reader must cost the rest, not the report
@@ -82,7 +81,7 @@ def parse_bytes(data: bytes, input_name: str) -> NcclLogResult:
     from k3diag.parse.nccl.fast import CHUNK_BYTES
 
     parser = NcclLogParser(input_name)
-    with gc_paused():
+    with collector_paused():
         lineno, start, size = 1, 0, len(data)
         while start < size:
             end = data.rfind(b"\n", start, min(size, start + CHUNK_BYTES)) + 1
@@ -106,16 +105,3 @@ def parse_evidence(item, input_name: str) -> NcclLogResult:
     except OSError:
         pass
     return parse_stream(item.iter_lines(), input_name)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The parser builds many small acyclic records; the cyclic collector rescanning them
-    again and again costs more than the parsing itself on big logs."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

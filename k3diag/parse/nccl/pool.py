@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from k3diag.gcpause import collector_paused
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.fast import CHUNK_BYTES
 from k3diag.parse.nccl.parser import NcclLogParser
@@ -29,13 +30,11 @@ def available_cores() -> int:
 
 
 def parse_file(path, input_name: str, workers: int | None = None):
-    from k3diag.parse.nccl import gc_paused
-
     path = Path(path)
     size = path.stat().st_size
     if workers is None:
         workers = min(available_cores(), MAX_WORKERS) if size >= POOL_MIN_BYTES else 1
-    with gc_paused():
+    with collector_paused():
         if workers <= 1:
             parser = NcclLogParser(input_name)
             _read_range(parser, path, 0, size, 1)
@@ -73,9 +72,7 @@ def _run_parts(path: Path, input_name: str, parts: list[tuple[int, int]]) -> lis
 
 
 def _parse_part(path: str, input_name: str, start: int, end: int, cut_part: bool) -> NcclLogParser:
-    from k3diag.parse.nccl import gc_paused
-
-    with gc_paused():
+    with collector_paused():
         first_line = 1 + _count_newlines(Path(path), start) if start else 1
         parser = NcclLogParser(input_name, cut_part=cut_part)
         _read_range(parser, Path(path), start, end, first_line)
