@@ -59,6 +59,10 @@ class Finding:
     # stands in for `gpu-pair-sys@GPU0,GPU4` that NCCL and benchmark rules name per pair.
     aliases: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # A line is quoted once, whichever signs, readings or pairs of a rule rest on it.
+        self.evidence = list(dict.fromkeys(self.evidence))
+
     @property
     def is_problem(self) -> bool:
         return self.severity in ("fail", "warn")

@@ -9,8 +9,6 @@ line under 80 characters), `nhc` (one `ERROR: k3diag: ...` line on failure, as L
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -231,23 +229,11 @@ def render_prom(report: dict, code: int, timing: dict, now: float | None = None)
 
 
 def write_prom_file(path: Path, text: str) -> None:
-    """Write atomically: a temporary name the textfile collector ignores (not `*.prom`), then rename."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+    """Written atomically (`render.output.write_text_atomic`): its temporary name (`.NAME.*.tmp`, not `*.prom`)
+    is one node_exporter's textfile collector ignores, so it never reads a half-written file."""
+    from k3diag.render.output import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def render(fmt: str, report: dict, code: int, timing: dict) -> str:

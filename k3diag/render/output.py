@@ -27,6 +27,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old file, not an empty one
         os.chmod(temp, 0o644)
         os.replace(temp, path)
     except BaseException:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import fixture_path
+from nccl_fixtures import fixture_path
 
 from k3diag.evidence import Evidence
 from k3diag.join.build import build_machine

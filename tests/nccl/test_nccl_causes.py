@@ -4,7 +4,7 @@ hosts from lines without a rank, GPUDirect RDMA and DMA-BUF per HCA."""
 
 from __future__ import annotations
 
-from conftest import fixture_path
+from nccl_fixtures import fixture_path
 
 from k3diag.analyze.engine import run_rules
 from k3diag.evidence import Evidence

@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import fixture_path
+from nccl_fixtures import fixture_path
 
 from k3diag.parse.nccl import parse_bytes, parse_stream, pool
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import FIXTURES
+from nccl_fixtures import FIXTURES
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -3,7 +3,7 @@ transports per pair, versions, env, rings, trees, GRAPH lines, NET devices, warn
 
 from __future__ import annotations
 
-from conftest import fixture_path, fixture_section
+from nccl_fixtures import fixture_path, fixture_section
 
 from k3diag.parse import nccl_log
 

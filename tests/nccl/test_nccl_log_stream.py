@@ -8,7 +8,7 @@ import random
 import tracemalloc
 from pathlib import Path
 
-from conftest import fixture_path
+from nccl_fixtures import fixture_path
 
 from k3diag.parse import nccl_log
 

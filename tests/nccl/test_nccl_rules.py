@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import fixture_path, fixture_section
+from nccl_fixtures import fixture_path, fixture_section
 
 from k3diag.analyze.engine import run_rules
 from k3diag.analyze.rules import benchmarks as bench_rules
@@ -30,8 +30,9 @@ def findings(machine: Machine, rule_id: str):
     return [f for f in run_rules(machine) if f.id == rule_id]
 
 
-def test_same_host_pair_on_shm_names_pair_host_transport_and_topology_causes():
-    # the 8 GPUs of the log (busIds 04,05,08,09,84,85,88,89) on a two-socket box: 0-3 on socket 0
+def two_socket_box_of_the_shm_log() -> Machine:
+    """The 8 GPUs of nccl-2.7-busid-direct-shared-memory.log (busIds 04,05,08,09,84,85,88,89) on a two-socket
+    box: pairs under one switch PIX, one socket PHB, across sockets SYS with P2P refused (CNS)."""
     machine = Machine()
     buses = ["04", "05", "08", "09", "84", "85", "88", "89"]
     for index, bus in enumerate(buses):
@@ -44,6 +45,12 @@ def test_same_host_pair_on_shm_names_pair_host_transport_and_topology_causes():
             machine.add_link(Link(a=f"GPU{a}", b=f"GPU{b}", path=path))
             if path == "SYS":
                 machine.p2p.append(P2PStatus(src=f"GPU{a}", dst=f"GPU{b}", capability="read", status="CNS"))
+    return machine
+
+
+def test_same_host_pair_on_shm_names_pair_host_transport_and_topology_causes():
+    # the 8 GPUs of the log (busIds 04,05,08,09,84,85,88,89) on a two-socket box: 0-3 on socket 0
+    machine = two_socket_box_of_the_shm_log()
     machine_with_log("nccl-2.7-busid-direct-shared-memory.log", machine)
     found = {tuple(f.data["ranks"]): f for f in findings(machine, "nccl-same-host-pair-not-p2p")}
     assert set(found) == {(1, 2), (3, 4), (5, 6), (0, 7)}
@@ -257,18 +264,7 @@ def test_rules_modules_expose_their_ids():
 def test_shm_where_p2p_is_refused_by_design_is_advice_and_where_p2p_should_work_a_warning():
     """docs/findings/README.md: the design finding is the cause and the SHM pair is advice (info); a pair
     that meets at the host bridge, where P2P can work, still warns."""
-    machine = Machine()
-    buses = ["04", "05", "08", "09", "84", "85", "88", "89"]
-    for index, bus in enumerate(buses):
-        gpu = machine.gpu(index)
-        gpu.bus_id = f"0000:{bus}:00.0"
-        gpu.numa_node = 0 if index < 4 else 1
-    for a in range(8):
-        for b in range(a + 1, 8):
-            path = "PIX" if a // 2 == b // 2 else ("PHB" if a // 4 == b // 4 else "SYS")
-            machine.add_link(Link(a=f"GPU{a}", b=f"GPU{b}", path=path))
-            if path == "SYS":
-                machine.p2p.append(P2PStatus(src=f"GPU{a}", dst=f"GPU{b}", capability="read", status="CNS"))
+    machine = two_socket_box_of_the_shm_log()
     machine_with_log("nccl-2.7-busid-direct-shared-memory.log", machine)
     found = {tuple(f.data["ranks"]): f for f in findings(machine, "nccl-same-host-pair-not-p2p")}
     cross = found[(3, 4)]

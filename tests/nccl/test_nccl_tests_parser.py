@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import fixture_section
+from nccl_fixtures import fixture_section
 
 from k3diag.parse import nccl_tests
 from k3diag.parse.text import Section

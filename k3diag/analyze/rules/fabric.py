@@ -194,7 +194,7 @@ def check_fabric_not_ready(machine: Machine, earlier: list[Finding]) -> Iterable
             + (" On B200 the NVLink subnet manager (NVLSM) must run too, over the mlx5 NVSwitch management ports "
                "(mlx5_ib and ib_umad loaded)." if b200 else "")
         ),
-        evidence=list(dict.fromkeys(evidence)),
+        evidence=evidence,
         confirm_with=_FM_CONFIRM,
         remedy=("Install the nvidia-fabricmanager package of exactly the driver's version and start it "
                 "(`systemctl enable --now nvidia-fabricmanager`); on B200 also install nvlsm. Wait for "

@@ -80,7 +80,7 @@ def check_topology_virtualized(machine: Machine, earlier: list[Finding]) -> Iter
         subjects=[],
         title=title,
         explanation=f"Seen here: {what}. {cost}",
-        # two signs can rest on one line (the DMI vendor and product both on one read): quote it once
+        # distinct lines first: two signs can rest on one (Finding drops repeats, but after this cut)
         evidence=list(dict.fromkeys(sign.source for sign in signs if sign.source is not None))[:4],
         remedy=remedy,
         confirm_with=("cat /sys/class/dmi/id/sys_vendor /sys/class/dmi/id/product_name; grep -c hypervisor "

@@ -52,6 +52,7 @@ class LineFeed:
         host_seen = self._host_seen
         hosts = self.hosts_seen  # `_host_seen` is called only for a thread whose host is not there yet
         conn_line = self._conn_line
+        note_host = self._note_host
         head_codes = self.head_cache.get
         rests = self.rest_cache.get
         dropped = 0
@@ -73,12 +74,7 @@ class LineFeed:
                     record(raw, k, lineno)
                 else:
                     dropped += 1
-                    pre = raw[:k]
-                    thread = threads_get(pre)
-                    if thread is None:
-                        thread = self._thread(pre)
-                    if thread.host not in hosts:
-                        host_seen(thread, lineno, raw)
+                    note_host(raw, k, lineno)
             elif action == 1:
                 body = raw[k + 11 :]
                 if " via " in body:
@@ -113,13 +109,15 @@ class LineFeed:
                     record(raw, k, lineno)
                 else:
                     dropped += 1
-                    pre = raw[:k]
-                    thread = threads_get(pre)
-                    if thread is None:
-                        thread = self._thread(pre)
-                    if thread.host not in hosts:
-                        host_seen(thread, lineno, raw)
+                    note_host(raw, k, lineno)
         self.lines_nccl += dropped
+
+    def _note_host(self, raw: str, k: int, lineno: int) -> None:
+        """A line counted but not read (`raw[:k]` is its record prefix): its host is still where it was seen."""
+        pre = raw[:k]
+        thread = self.prefix_cache.get(pre) or self._thread(pre)
+        if thread.host not in self.hosts_seen:
+            self._host_seen(thread, lineno, raw)
 
     def _conn_line(self, thread: Thread, body: str, raw: str, lineno: int) -> None:
         """Fold one connection line into the instance its thread is initializing (or its pending lines)."""

@@ -472,20 +472,8 @@ def _complete_run(parser, run: NcclRun, library: str | None) -> None:
         run.hosts = sorted({r.host for r in run.ranks if r.host})
         if run.nodes_reported is None and run.hosts:
             run.nodes = len(run.hosts)
-    shared = parser.shared()
-    run.env = shared["env"]
-    run.env_sources = shared["env_sources"]
-    run.env_origin = shared["env_origin"]
-    run.messages = shared["messages"]
-    run.warnings = shared["warnings"]
-    run.p2p_disabled = shared["p2p_disabled"]
-    run.gdr = shared["gdr"]
-    run.dmabuf = shared["dmabuf"]
-    run.graphs = shared["graphs"]
-    run.paths = shared["paths"]
-    run.channel_counts = shared["channel_counts"]
-    run.mnnvl_health = shared["mnnvl_health"]
-    run.nvls_support = shared["nvls_support"]
+    for name, value in parser.shared().items():  # each key names the NcclRun field it fills
+        setattr(run, name, value)
     run.net = parser.net
     run.connections_dropped = parser.conn_overflow
 
