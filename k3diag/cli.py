@@ -48,6 +48,10 @@ def build_app(modules: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        # Help and usage errors in click's plain form, as Unix tools print them (and to a pipe or a log
+        # without box drawing): typer's rich help imports rich's Markdown and traceback modules, which
+        # made `k3diag --help` 2.5x `import typer` (0.28 s against 0.11 s).
+        rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     application.callback()(_root)
