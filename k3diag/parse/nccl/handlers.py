@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from k3diag.model.nccl import NcclRank, NcclTree
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, source_ref
 from k3diag.parse.ids import bdf_from_nccl_busid
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.state import Instance, Thread
@@ -32,7 +32,7 @@ class LineHandlers:
         text = raw.rstrip("\r\n")
         if len(text) > 2000:
             text = text[:2000] + "..."
-        return SourceRef(self.input, lineno, text)
+        return source_ref(self.input, lineno, text)
 
     def _skip(self, lineno: int) -> None:
         """Counted; the smallest line numbers kept as examples (the bulk path may skip out of order)."""
@@ -315,17 +315,27 @@ class LineHandlers:
                                                 self._source(lineno, raw))
             self.trees_kept += len(inst.trees) - before
             return
+        items = self.trees_cache.get(body)
+        if items is None:
+            # the same `Trees` text recurs for the same rank in every job: read once
+            items = []
+            for match in P.TREES_ITEM_RE.finditer(body):
+                up = int(match.group("up"))
+                down = [int(x) for x in match.group("down").split("/")]
+                items.append((int(match.group("ch")), int(match.group("me")), None if up < 0 else up,
+                              tuple(d for d in down if d >= 0)))
+            if len(self.trees_cache) >= 10_000:
+                self.trees_cache.clear()
+            self.trees_cache[body] = items
         source = None
-        for match in P.TREES_ITEM_RE.finditer(body):
-            ch, me = int(match.group("ch")), int(match.group("me"))
-            if (ch, me) in inst.trees:
+        trees = inst.trees
+        for ch, me, up, down in items:
+            if (ch, me) in trees:
                 continue
             if source is None:
                 source = self._source(lineno, raw)
-            up = int(match.group("up"))
-            down = [int(x) for x in match.group("down").split("/")]
-            inst.trees[(ch, me)] = NcclTree(ch, me, None if up < 0 else up, [d for d in down if d >= 0], source)
-        self.trees_kept += len(inst.trees) - before
+            trees[(ch, me)] = NcclTree(ch, me, up, list(down), source)
+        self.trees_kept += len(trees) - before
 
     def _anonymous_instance(self, thread: Thread) -> Instance | None:
         """Lines that belong to a communicator whose init line is not (yet) seen: keep them per thread."""
@@ -341,30 +351,58 @@ class LineHandlers:
 
     def _comm(self, raw: str, body: str, pre: str, lineno: int) -> None:
         # the two shapes of nearly every communicator line (2.13+), read by one strict match: the same
-        # values `_comm_values` finds in them (a test checks it), without tokenizing
-        strict = _INIT_LINE_RE.fullmatch(body) if body.startswith("ncclCommInitRank comm 0x") else \
-            _COMM_LINE_RE.fullmatch(body) if body.startswith("comm 0x") else None
-        if strict is not None:
-            ptr = strict.group(1).lower()
-            values = dict(zip(_INIT_KEYS if strict.re is _INIT_LINE_RE else _COMM_LINE_KEYS, strict.groups()[1:]))
-        else:
-            ptr_match = P.COMM_RE.search(body)
-            if not ptr_match:
+        # values `_comm_values` finds in them (a test checks it), set without building a dict; neither
+        # shape can hold the RCCL spellings or `Destroy COMPLETE` looked for below (the match is whole)
+        if body.startswith("ncclCommInitRank comm 0x"):
+            strict = _INIT_LINE_RE.fullmatch(body)
+            if strict is not None:
+                ptr, rank, nranks, cuda_dev, nvml_dev, bus_id, comm_id = strict.groups()
+                thread, inst = self._comm_instance(pre, ptr.lower(), body, lineno)
+                if inst is None:
+                    return
+                if inst.rank is None:
+                    inst.rank = int(rank)
+                if inst.nranks is None:
+                    inst.nranks = int(nranks)
+                inst.cuda_dev, inst.nvml_dev = int(cuda_dev), int(nvml_dev)
+                inst.bus_id = _bus_id(bus_id) or inst.bus_id
+                inst.comm_id = comm_id.lower()
+                complete = body.endswith("COMPLETE")
+                if inst.source is None or complete:
+                    inst.source = self._source(lineno, raw)
+                    inst.source_complete = complete
+                self._comm_transition(thread, inst, complete, suffix_only=False)
                 return
-            if body.startswith("NVLS ") or "headRank" in body:
+        elif body.startswith("comm 0x"):
+            strict = _COMM_LINE_RE.fullmatch(body)
+            if strict is not None:
+                ptr, rank, nranks, nnodes = strict.group(1, 2, 3, 4)
+                thread, inst = self._comm_instance(pre, ptr.lower(), body, lineno)
+                if inst is None:
+                    return
+                if inst.rank is None:
+                    inst.rank = int(rank)
+                if inst.nranks is None:
+                    inst.nranks = int(nranks)
+                inst.nnodes = int(nnodes)
+                if inst.cuda_dev is None and thread.dev is not None:
+                    inst.cuda_dev = thread.dev
+                if inst.source is None:
+                    inst.source = self._source(lineno, raw)
+                    inst.source_complete = False
+                if nranks[0] == "0":
+                    self.rccl_hints += 1  # RCCL's zero-padded nRanks
+                self._comm_transition(thread, inst, False, suffix_only=False)
                 return
-            ptr = ptr_match.group(1).lower()
-            values = _comm_values(body)
-        thread = self._thread(pre)
-        ikey = (thread.host, thread.pid, ptr)
-        inst = self.instances.get(ikey)
+        ptr_match = P.COMM_RE.search(body)
+        if not ptr_match:
+            return
+        if body.startswith("NVLS ") or "headRank" in body:
+            return
+        values = _comm_values(body)
+        thread, inst = self._comm_instance(pre, ptr_match.group(1).lower(), body, lineno)
         if inst is None:
-            if len(self.instances) >= P.MAX_INSTANCES:
-                self.dropped_instances += 1
-                return
-            inst = Instance(key=ikey, host=thread.host, pid=thread.pid, ptr=ptr, first_line=lineno)
-            inst.clean = not self.cut_part or "Init START" in body
-            self.instances[ikey] = inst
+            return
         try:
             if "rank" in values and inst.rank is None:
                 inst.rank = int(values["rank"])
@@ -393,16 +431,36 @@ class LineHandlers:
         if " nRanks 0" in body or "localSize" in body or " bytes - Init COMPLETE" in body:
             # RCCL-only spellings: zero-padded nRanks suffix, kernel localSize, allocation total
             self.rccl_hints += 1
+        self._comm_transition(thread, inst, complete, suffix_only=" nRanks " in body and "rank" not in values)
+
+    def _comm_instance(self, pre: str, ptr: str, body: str, lineno: int) -> tuple[Thread, Instance | None]:
+        """The thread printing a communicator line, and its instance of that communicator (created on
+        first sight; None past the bound)."""
+        thread = self.prefix_cache.get(pre) or self._thread(pre)
+        ikey = (thread.host, thread.pid, ptr)
+        inst = self.instances.get(ikey)
+        if inst is None:
+            if len(self.instances) >= P.MAX_INSTANCES:
+                self.dropped_instances += 1
+                return thread, None
+            inst = Instance(key=ikey, host=thread.host, pid=thread.pid, ptr=ptr, first_line=lineno)
+            inst.clean = not self.cut_part or "Init START" in body
+            self.instances[ikey] = inst
+        return thread, inst
+
+    def _comm_transition(self, thread: Thread, inst: Instance, complete: bool, suffix_only: bool) -> None:
+        """What a communicator line changes in its thread: the instance it is initializing now."""
         if not thread.head_closed:
             # the first comm line of this thread in a cut part: what came before belongs elsewhere
             thread.head_closed = True
-            thread.adopter = ikey
+            thread.adopter = inst.key
             thread.current = None
             head = thread.head
             if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
                 inst.clean = False  # its lines may belong to what the previous part was doing
-        self._adopt_pending(thread, inst)
-        if " nRanks " in body and "rank" not in values:
+        if thread.pending:
+            self._adopt_pending(thread, inst)
+        if suffix_only:
             # RCCL suffix on a connection/progress line: the thread works on this communicator
             thread.current = inst
         elif complete:

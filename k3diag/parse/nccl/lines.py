@@ -16,6 +16,7 @@ from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.state import ConnAgg, Thread, channel_code
 
 _UNPARSED = "unparsed"
+_FEW = 8  # up to this many lines, `feed` reads them one by one (`_feed_few`)
 _UNKNOWN = "unknown"
 
 
@@ -24,6 +25,9 @@ class LineFeed:
 
     def feed(self, lines: Iterable[str], first_line: int) -> None:
         """Read lines (with or without their endings) numbered from `first_line`."""
+        if lines.__class__ is list and len(lines) <= _FEW:
+            self._feed_few(lines, first_line)
+            return
         iterator = iter(lines)
         base = first_line
         find = str.find
@@ -43,6 +47,16 @@ class LineFeed:
                         self._other(raw, base + offset)
             base += len(batch)
         self.lines_total += base - first_line
+
+    def _feed_few(self, lines: list[str], first_line: int) -> None:
+        """`feed` for a handful of lines (a main thread's two lines between two ranks' init blocks):
+        the same filters line by line, without the batch's fixed cost of a dozen C-level passes."""
+        self._feed_selected([(first_line + offset, raw) for offset, raw in enumerate(lines)
+                             if ("CCL" in raw or "Pid" in raw) and ": opCount " not in raw])
+        for offset, raw in enumerate(lines):
+            if "CCL" not in raw and "Pid" not in raw and ("\x00" in raw or "\ufffd" in raw or "/dev/shm" in raw):
+                self._other(raw, first_line + offset)
+        self.lines_total += len(lines)
 
     def _feed_selected(self, numbered: Iterable[tuple[int, str]]) -> None:
         mark = P.MARK

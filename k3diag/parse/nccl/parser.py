@@ -46,6 +46,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.net = NcclNet()
         self.tests_ranks: dict[int, NcclRank] = {}
         self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
+        self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items
         self.lines_total = 0
         self.lines_nccl = 0
         self.skipped = 0
@@ -107,6 +108,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.head_cache = {}
         self.rest_cache = {}
         self.ring_cache = {}
+        self.trees_cache = {}
         self.__dict__.pop("_codes", None)
         for name in ("_rest_bytes", "_kinds", "_once"):
             self.__dict__.pop(name, None)

@@ -12,7 +12,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from k3diag.model.nccl import NcclConnection, NcclRank, NcclRing, NcclRun, NcclRunSummary, NcclSummary, NcclTree
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, source_ref
 from k3diag.parse.ids import bdf_from_nccl_busid
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.state import ConnAgg, Instance, absorb_all
@@ -293,7 +293,7 @@ def _attach_late(parser, late: dict[str, dict]) -> None:
                 conn.channel = conn.channels[0] if conn.channels else conn.channel
                 conn.lines += len(agg.codes)  # later lines of one instance: distinct by construction
                 continue
-            source = SourceRef(parser.input, agg.lineno, agg.text)
+            source = source_ref(parser.input, agg.lineno, agg.text)
             conn = known[key4] = NcclConnection(channels[0] if channels else None, agg.src, agg.dst, agg.via,
                                                 agg.transport, agg.direction, source, channels, len(agg.codes))
             run.connections.append(conn)
@@ -412,7 +412,7 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict, allow_empty
     input_name = parser.input
     for agg in sorted(folded.values(), key=lambda a: a.lineno):
         channels = sorted({code >> 8 for code in agg.codes})
-        source = SourceRef(input_name, agg.lineno, agg.text)
+        source = source_ref(input_name, agg.lineno, agg.text)
         run.connections.append(NcclConnection(channels[0] if channels else None, agg.src, agg.dst, agg.via,
                                               agg.transport, agg.direction, source, channels, len(agg.codes)))
         _ranks_from_connection(ranks, agg, source, prefix_cache, agg.transport != "NET" and "MNNVL" not in agg.via)
