@@ -41,11 +41,6 @@ _INVALID = -1
 _TAG_ACTIONS = {tag[5:].encode(): action for tag, action in P.TAG_ACTIONS.items()}  # by the body's first 4 bytes
 _TAG_NEEDS = {tag[5:].encode(): need.encode() for tag, need in P.TAG_NEEDS.items()}
 _COUNT_NEEDS = P.COUNT_TAG_NEEDS.encode()
-# facts that read the same twice change nothing (tables keyed by host and text): read once per host
-_ONCE_TAGS = frozenset({b"NCCL", b"RCCL", b"NET/", b"Usin"})  # and lines that begin with a digit
-_NOT_ONCE = (b"comm 0x", b"Failed to open libibverbs", b"No device found", b"rsmi", b"ROCr version",
-             b"Hipruntime", b"librccl", b"MSCC", b" -> ")
-MAX_ONCE = 50_000
 MAX_KINDS = 20_000
 # words the exact path looks for in a whole line, which a launcher prefix could hold: such runs go there
 _HEAD_WORDS = tuple(need for need in _TAG_NEEDS.values()) + (_COUNT_NEEDS, b" -> ")
@@ -73,7 +68,7 @@ def _kind(body: bytes) -> str:
             return _DROPPED
     if b"comm 0x" in body:
         return _CUT  # may start, end or adopt a communicator
-    if (tag in _ONCE_TAGS or tag[:1].isdigit()) and not any(map(body.__contains__, _NOT_ONCE)):
+    if P.read_once(body.decode()):  # a clean block's lines are ASCII
         return _ONCE
     return _READ
 
@@ -254,7 +249,7 @@ class FastFeed:
                 if key in once:
                     counted += 1
                     continue  # read before for this thread's host: nothing would change
-                if len(once) >= MAX_ONCE:
+                if len(once) >= P.MAX_ONCE:
                     once.clear()
                 once.add(key)
             counted += 1

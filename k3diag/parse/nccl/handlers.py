@@ -182,8 +182,20 @@ class LineHandlers:
         level = raw[k + 6 : k + 10]
         if level == "INFO":
             self.lines_nccl += 1
-            self._host_seen(self._thread(raw[:k]), lineno, raw)
-            self._info(raw, raw[k + 11 :].rstrip(), raw[:k], lineno)
+            pre = raw[:k]
+            thread = self.prefix_cache.get(pre) or self._thread(pre)
+            self._host_seen(thread, lineno, raw)
+            body = raw[k + 11 :].rstrip()
+            tag = body[:4]
+            if (tag in P.ONCE_TAGS or tag[:1].isdigit()) and P.read_once(body):
+                # every rank prints its host's network and environment: the first of each is the fact
+                key = (thread.host, body)
+                if key in self.once_read:
+                    return
+                if len(self.once_read) >= P.MAX_ONCE:
+                    self.once_read.clear()
+                self.once_read.add(key)
+            self._info(raw, body, pre, lineno)
         elif level == "WARN":
             self.lines_nccl += 1
             self._host_seen(self._thread(raw[:k]), lineno, raw)

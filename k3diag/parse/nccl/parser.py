@@ -47,6 +47,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.tests_ranks: dict[int, NcclRank] = {}
         self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
         self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items
+        self.once_read: set[tuple] = set()  # (host, text) of facts read (`patterns.read_once`)
         self.lines_total = 0
         self.lines_nccl = 0
         self.skipped = 0
@@ -109,6 +110,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.rest_cache = {}
         self.ring_cache = {}
         self.trees_cache = {}
+        self.once_read = set()
         self.__dict__.pop("_codes", None)
         for name in ("_rest_bytes", "_kinds", "_once"):
             self.__dict__.pop(name, None)

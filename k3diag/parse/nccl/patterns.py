@@ -117,6 +117,22 @@ TAG_NEEDS = {
 # one dict lookup per line: 1 = maybe a connection line, 2 = a line to read
 TAG_ACTIONS = {**{tag: 1 for tag in CONN_TAGS}, **{tag: 2 for tag in INFO_TAGS}}
 
+# Facts that read the same twice change nothing (tables keyed by host and text, the first value kept):
+# an INFO line of these tags, or one that begins with a digit (channel counts), is read once per host and
+# text. Not lines that count or append on every read (missing libibverbs, RCCL hints), error traces, or
+# lines that may start, end or adopt a communicator.
+ONCE_TAGS = frozenset({"NCCL", "RCCL", "NET/", "Usin"})
+NOT_ONCE = ("comm 0x", "Failed to open libibverbs", "No device found", "rsmi", "ROCr version", "Hipruntime",
+            "librccl", "MSCC", " -> ")
+MAX_ONCE = 50_000  # (host, text) pairs remembered; past it they are forgotten (and read again)
+
+
+def read_once(body: str) -> bool:
+    """Whether an INFO line's body (after `NCCL INFO `) need be read only once per host."""
+    tag = body[:4]
+    return (tag in ONCE_TAGS or tag[:1].isdigit()) and not any(map(body.__contains__, NOT_ONCE))
+
+
 # -- bytes (fast path) ---------------------------------------------------------------------------
 INFO_MARK = b" NCCL INFO "
 # A run of lines that all begin with one thread's record header, found in one C-level match.
