@@ -21,7 +21,7 @@ from itertools import compress, count, repeat
 from operator import contains, itemgetter
 
 from k3diag.parse.nccl import patterns as P
-from k3diag.parse.nccl.lines import _UNKNOWN, _UNPARSED
+from k3diag.parse.nccl.lines import _BATCH_WORDS, _FEW, _UNKNOWN, _UNPARSED
 from k3diag.parse.nccl.state import ConnAgg, channel_code
 
 CHUNK_BYTES = 8 << 20
@@ -138,11 +138,14 @@ class FastFeed:
         return lineno
 
     def _exact_bytes(self, data: bytes, lineno: int) -> int:
-        lines = data.decode("utf-8", errors="replace").split("\n")
+        text = data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         before = self.lines_total
-        self.feed(lines, lineno)
+        # a word absent from the whole text (one C-level search) need not be looked for line by line
+        self.feed(lines, lineno, frozenset(word for word in _BATCH_WORDS if word not in text)
+                  if len(lines) > _FEW else frozenset())
         return lineno + (self.lines_total - before)
 
     def _block(self, block: bytes, prefix: bytes, nlines: int, lineno: int, clean: bool) -> int:

@@ -8,7 +8,7 @@ connection lines are folded into their instance's `ConnAgg`, the rest go to one 
 from __future__ import annotations
 
 from itertools import compress, count, islice, repeat
-from operator import and_, contains, ge, lt, or_
+from operator import and_, contains, not_, or_
 from typing import Iterable
 
 from k3diag.model.nccl import transport_of
@@ -17,31 +17,39 @@ from k3diag.parse.nccl.state import ConnAgg, Thread, channel_code
 
 _UNPARSED = "unparsed"
 _FEW = 8  # up to this many lines, `feed` reads them one by one (`_feed_few`)
+# what a line outside any NCCL record may hold and still be read (`_other`: NULs, bad bytes, SHM paths)
+_ODD_WORDS = ("\x00", "\ufffd", "/dev/shm")
+# words `feed` looks for in every line, which a caller can rule out for a whole text at once
+_BATCH_WORDS = ("Pid", ": opCount ") + _ODD_WORDS
 _UNKNOWN = "unknown"
 
 
 class LineFeed:
     """Mixin of `NcclLogParser`: the per-line reader and the connection-line folding."""
 
-    def feed(self, lines: Iterable[str], first_line: int) -> None:
-        """Read lines (with or without their endings) numbered from `first_line`."""
+    def feed(self, lines: Iterable[str], first_line: int, absent: frozenset[str] = frozenset()) -> None:
+        """Read lines (with or without their endings) numbered from `first_line`. `absent`: words of
+        `_BATCH_WORDS` the caller knows no line holds (it searched their whole text once), whose
+        per-line passes are then left out."""
         if lines.__class__ is list and len(lines) <= _FEW:
             self._feed_few(lines, first_line)
             return
         iterator = iter(lines)
         base = first_line
-        find = str.find
+        check_pid = "Pid" not in absent
+        check_coll = ": opCount " not in absent
+        odd_words = [word for word in _ODD_WORDS if word not in absent]
         while True:
             batch = list(islice(iterator, P.BATCH))
             if not batch:
                 break
-            has_ccl = map(ge, map(find, batch, repeat("CCL")), repeat(0))
-            has_pid = map(ge, map(find, batch, repeat("Pid")), repeat(0))
-            not_coll = map(lt, map(find, batch, repeat(": opCount ")), repeat(0))
-            mask = map(and_, map(or_, has_ccl, has_pid), not_coll)
+            mask = map(contains, batch, repeat("CCL"))
+            if check_pid:
+                mask = map(or_, mask, map(contains, batch, repeat("Pid")))
+            if check_coll:
+                mask = map(and_, mask, map(not_, map(contains, batch, repeat(": opCount "))))
             self._feed_selected(compress(zip(count(base), batch), mask))
-            if any(map(contains, batch, repeat("\x00"))) or any(map(contains, batch, repeat("\ufffd"))) or \
-                    any(map(contains, batch, repeat("/dev/shm"))):
+            if any(any(map(contains, batch, repeat(word))) for word in odd_words):
                 for offset, raw in enumerate(batch):
                     if "CCL" not in raw and "Pid" not in raw and ("\x00" in raw or "\ufffd" in raw or "/dev/shm" in raw):
                         self._other(raw, base + offset)
