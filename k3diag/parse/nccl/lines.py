@@ -96,7 +96,9 @@ class LineFeed:
                     record(raw, k, lineno)
                 else:
                     dropped += 1
-                    note_host(raw, k, lineno)
+                    thread = threads_get(raw[:k])
+                    if thread is None or thread.host not in hosts:
+                        note_host(raw, k, lineno)
             elif action == 1:
                 body = raw[k + 11 :]
                 if " via " in body:
@@ -131,7 +133,9 @@ class LineFeed:
                     record(raw, k, lineno)
                 else:
                     dropped += 1
-                    note_host(raw, k, lineno)
+                    thread = threads_get(raw[:k])
+                    if thread is None or thread.host not in hosts:
+                        note_host(raw, k, lineno)
         self.lines_nccl += dropped
 
     def _note_host(self, raw: str, k: int, lineno: int) -> None:
