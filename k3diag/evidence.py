@@ -38,6 +38,8 @@ _CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
 # The same characters as bytes: in UTF-8 they are single bytes that never occur inside another
 # character, so a chunk holds one exactly when its decoded text does (a test holds the two equal).
 _CONTROL_BYTES = bytes(code for code in range(0x80) if (code < 0x20 and code not in (9, 10, 13, 27)) or code == 0x7F)
+# A `bytes.translate` table: each control byte to NUL (NUL is one of them), every other byte to itself.
+_CONTROL_TO_NUL = bytes(0 if code in _CONTROL_BYTES else code for code in range(256))
 
 
 class InputError(OSError):
@@ -224,12 +226,44 @@ class Evidence:
         all while reading (each noted in `notes`), so memory never passes the cut. A file that
         cannot be read gives "" and sets `error` to the sentence; it never raises.
         """
+        data = None
+        if self.encoding in ("utf-8", "utf-8-sig"):
+            data = self._read_whole(limit)
+            if data is not None:
+                text = _clean_utf8(data, self.encoding)
+                if text is not None:
+                    return text, False
         pieces: list[str] = []
         truncated = False
-        for piece, cut in self._pieces(limit, MAX_WHOLE_LINE_CHARS):
+        for piece, cut in self._pieces(limit, MAX_WHOLE_LINE_CHARS, data):
             pieces.append(piece)
             truncated = truncated or cut
         return "".join(pieces), truncated
+
+    def _read_whole(self, limit: int) -> bytes | None:
+        """All the bytes when there are at most `limit` (read at once: the common case, a file that fits);
+        None when there are more or reading failed (the pieces path then reads, cuts and reports)."""
+        if self.data is not None:
+            return self.data if len(self.data) <= limit else None
+        if self.path is None:
+            return None
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            with self._open() as handle:
+                # One read of the whole file into one buffer, not a join of MiB chunks: each copy of a
+                # 25 MB text costs ~15 ms of first-touch page faults on top of the copying.
+                while got <= limit:
+                    chunk = handle.read(limit + 1 - got)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+        except OSError:
+            return None
+        if got > limit:
+            return None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def read_bytes(self, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, bool]:
         """Content up to `limit` bytes, and whether it was cut; "" with `error` set when unreadable."""
@@ -275,9 +309,12 @@ class Evidence:
         if self.error is None:
             self.error = sentence
 
-    def _pieces(self, limit: int | None, max_line: int) -> Iterator[tuple[str, bool]]:
-        """Decoded text in pieces of about a MiB: controls dropped, overlong lines cut, bytes bounded."""
-        if self.data is None and self.path is None:
+    def _pieces(self, limit: int | None, max_line: int, data: bytes | None = None) -> Iterator[tuple[str, bool]]:
+        """Decoded text in pieces of about a MiB: controls dropped, overlong lines cut, bytes bounded.
+        `data`: the whole content, already read."""
+        if data is None:
+            data = self.data
+        if data is None and self.path is None:
             return
         decoder = codecs.getincrementaldecoder(self.encoding)(errors="replace")
         budget = limit if limit is not None else -1
@@ -286,10 +323,10 @@ class Evidence:
         skipping = False  # inside the dropped tail of an overlong line
         try:
             handle: BinaryIO
-            if self.data is not None:
+            if data is not None:
                 import io
 
-                handle = io.BytesIO(self.data)
+                handle = io.BytesIO(data)
             else:
                 handle = self._open()
         except OSError as exc:
@@ -361,6 +398,24 @@ class Evidence:
             "format_hint": self.format_hint,
             "meta": self.meta,
         }
+
+
+def _clean_utf8(data: bytes, encoding: str) -> str | None:
+    """`data` decoded in one step, when the pieces path would neither drop nor cut anything in it: no
+    control byte (each MiB mapped with `bytes.translate`, control bytes to NUL, then searched for a NUL:
+    a table look-up a byte, and the copy stays in the cache) and no line
+    over `MAX_WHOLE_LINE_CHARS`; None otherwise. A 25 MB `lspci -vv` reads in half the time the pieces
+    take (their decoder, their checks and the final join each went over the text again)."""
+    for start in range(0, len(data), _CHUNK_BYTES):
+        if 0 in data[start:start + _CHUNK_BYTES].translate(_CONTROL_TO_NUL):
+            return None
+    text = data.decode(encoding, errors="replace")
+    # Every full stretch of half the longest line holds a newline, so no line runs past the longest.
+    half = MAX_WHOLE_LINE_CHARS // 2
+    for start in range(0, len(text) - half + 1, half):
+        if text.find("\n", start, start + half) < 0:
+            return None
+    return text
 
 
 def _read_up_to(handle: BinaryIO, limit: int) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, repeat
 
 from k3diag.gcpause import collector_paused
 from k3diag.model.pci import Acs, PciDevice, PciLink
@@ -57,6 +58,7 @@ from k3diag.parse.text import MAX_LINE_CHARS, Section, prompt_command, section_t
 __all__ = ["CLASS_CODES", "FORMAT", "LspciResult", "class_code_for", "parse", "parse_lines", "sniff", "vendor_for"]
 
 FORMAT = "lspci-vv"
+_match_start = re.Match.start
 
 @dataclass
 class LspciResult:
@@ -123,17 +125,20 @@ class _Parser:
         line_end = end if newline < 0 else newline
         self._line_end = line_end
         self._exact(text[:line_end], first_line)  # the first line has no `\n` before it
-        index, counted, previous_end = 0, 0, line_end
+        index, previous_index, previous_end = 0, 0, line_end
         actions: dict[str, tuple] = {}  # keyed by the line with the `\n` before it, as the match gives it
         warnings = self.result.warnings
         count = text.count
         handlers = self._handlers()
-        for match in EVENT_RE.finditer(text, line_end, end):
+        matches = list(EVENT_RE.finditer(text, line_end, end))
+        starts = list(map(_match_start, matches))
+        indexes = accumulate(map(count, repeat("\n"), chain((0,), starts), starts), initial=1)
+        next(indexes)
+        for match, index in zip(matches, indexes):
             start, line_end = match.span()  # a match runs to the end of its line
             if start - previous_end > MAX_LINE_CHARS:
-                self._long_lines(previous_end, start, index + 1 + first_line)
-            index += count("\n", counted, start) + 1
-            counted = start + 1
+                self._long_lines(previous_end, start, previous_index + 1 + first_line)
+            previous_index = index
             previous_end = line_end
             line = match.group()
             action = actions.get(line)
@@ -155,7 +160,7 @@ class _Parser:
                 self._pos, self._line_end = start, line_end
                 handlers[code](action, first_line + index)
         if end - previous_end > MAX_LINE_CHARS:
-            self._long_lines(previous_end, end, index + 1 + first_line)
+            self._long_lines(previous_end, end, previous_index + 1 + first_line)
         self._pos = end
         return self._finish()
 
@@ -219,7 +224,9 @@ class _Parser:
         self.saw_caps = True
         if action[2] is not None and device.port_type is None:
             device.port_type = action[2]
-            _add(device, _ref(self.input_name, line_no, action[1]))
+            sources = device.sources
+            if len(sources) < MAX_SOURCES_PER_RECORD:
+                sources.append(_ref(self.input_name, line_no, action[1]))
         if action[3]:
             self.acs_listed = True
 
@@ -236,14 +243,18 @@ class _Parser:
         if device is not None:
             if action[3]:
                 device.driver = action[2]
-                _add(device, _ref(self.input_name, line_no, action[1]))
+                sources = device.sources
+                if len(sources) < MAX_SOURCES_PER_RECORD:
+                    sources.append(_ref(self.input_name, line_no, action[1]))
             self.current_complete = True
 
     def _on_numa(self, action: tuple, line_no: int) -> None:
         device = self.current
         if device is not None and action[2] is not None:
             device.numa_node = action[2]
-            _add(device, _ref(self.input_name, line_no, action[1]))
+            sources = device.sources
+            if len(sources) < MAX_SOURCES_PER_RECORD:
+                sources.append(_ref(self.input_name, line_no, action[1]))
 
     def _on_denied(self, action: tuple, line_no: int) -> None:
         ref = _ref(self.input_name, line_no, action[1])
@@ -261,52 +272,62 @@ class _Parser:
         if action[2] is not None:
             device.primary_bus, device.secondary_bus, device.subordinate_bus = action[2]
             device.is_bridge = True
-            _add(device, ref)
+            sources = device.sources
+            if len(sources) < MAX_SOURCES_PER_RECORD:
+                sources.append(ref)
 
     def _on_lnkcap(self, action: tuple, line_no: int) -> None:
         ref = _ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCap", ref)
-        link = device.link or PciLink()
+        link = device.link
+        if link is None:
+            link = device.link = PciLink()
         values = action[2]
         if values is not None:
             link.cap_speed_gts, link.cap_width = values[0], values[1]
             if values[2] is not None:
                 link.port_number = values[2]
         link.cap_source = ref
-        device.link = link
-        _add(device, ref)
+        sources = device.sources
+        if len(sources) < MAX_SOURCES_PER_RECORD:
+            sources.append(ref)
 
     def _on_lnksta(self, action: tuple, line_no: int) -> None:
         ref = _ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkSta", ref)
-        link = device.link or PciLink()
+        link = device.link
+        if link is None:
+            link = device.link = PciLink()
         values = action[2]
-        if values[0] == "ok":
+        kind = values[0]
+        if kind == "ok":
             link.sta_speed_gts, link.sta_width = values[1], values[2]
             if values[3]:
                 link.speed_downgraded = values[3] == "downgraded"
             if values[4]:
                 link.width_downgraded = values[4] == "downgraded"
-        elif values[0] == "unknown":
+        elif kind == "unknown":
             link.sta_width = values[1]
         else:
             self.result.warnings.append(f"line {line_no}: LnkSta not understood: {values[1]!r}")
         link.source = ref
-        device.link = link
-        _add(device, ref)
+        sources = device.sources
+        if len(sources) < MAX_SOURCES_PER_RECORD:
+            sources.append(ref)
 
     def _on_lnkcap2(self, action: tuple, line_no: int) -> None:
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCap2", _ref(self.input_name, line_no, action[1]))
         if action[2] is not None:
-            link = device.link or PciLink()
+            link = device.link
+            if link is None:
+                link = device.link = PciLink()
             link.supported_max_speed_gts = action[2][0]
-            device.link = link
 
     def _on_lnkctl2(self, action: tuple, line_no: int) -> None:
         ref = _ref(self.input_name, line_no, action[1])
@@ -314,10 +335,13 @@ class _Parser:
         if device is None or self.anonymous:
             device = self._device_for("LnkCtl2", ref)
         if action[2] is not None:
-            link = device.link or PciLink()
+            link = device.link
+            if link is None:
+                link = device.link = PciLink()
             link.target_speed_gts = action[2][0]
-            device.link = link
-            _add(device, ref)
+            sources = device.sources
+            if len(sources) < MAX_SOURCES_PER_RECORD:
+                sources.append(ref)
 
     def _on_acs(self, action: tuple, line_no: int) -> None:
         ref = _ref(self.input_name, line_no, action[1])

@@ -44,11 +44,16 @@ INTERESTING_RE = lazy(
 # pass over: its key is not one `_body` uses, a `Flags:` line names no IOMMU group, a
 # `Capabilities:` line names no Express port and no ACS (whether a device has any capability at
 # all is looked up when its block closes: `_Parser._unvisited_caps`).
+# The look-aheads on `Flags:` and `Capabilities:` lines (a tenth of all lines) scan to the end of the
+# line in one step and back to each candidate letter (a single-character repeat before a literal):
+# a third faster than a loop over the line's runs of other letters, and as linear.
 _USED_KEYS = (r"Lnk(?:Cap2?|Sta|Ctl2):|ACSC(?:ap|tl):|Bus: primary=|Kernel (?:driver in use|modules):|NUMA node:"
-              r"|Physical Slot:|IOMMU group|Flags:(?=(?:[^I\n]++|I(?!OMMU group))*+I)"
-              r"|Capabilities:(?= <access denied>|(?:[^EA\n]++|E(?!xpress )|A(?!ccess Control Services))*+[EA])")
-# A match runs to the end of its line, so it hands the parser the line and where it ends.
-EVENT_RE = lazy(r"\n(?:[^\t\n]|$|\t++(?:" + _USED_KEYS + r"|[^\S\n]++(?:" + _USED_KEYS + r"|$)|$))[^\n]*+", re.M)
+              r"|Physical Slot:|IOMMU group|Flags:(?=[^\n]*IOMMU group)"
+              r"|Capabilities:(?= <access denied>|[^\n]*Express |[^\n]*Access Control Services)")
+# A match runs to the end of its line, so it hands the parser the line and where it ends. Tab-indented
+# lines, nine in ten, are tried first; the tabs and then any other blanks before the key are each
+# taken in one step.
+EVENT_RE = lazy(r"\n(?:\t++[^\S\n]*+(?:" + _USED_KEYS + r"|$)|[^\t\n]|$)[^\n]*+", re.M)
 # A capability line among those `EVENT_RE` does not visit.
 CAPS_LINE_RE = lazy(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
 KEY_PREFIXES = ("LnkCap:", "LnkSta:", "LnkCap2:", "LnkCtl2:", "ACSCap:", "ACSCtl:", "Bus: primary=")

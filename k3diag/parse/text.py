@@ -116,9 +116,20 @@ C0_BYTES = bytes(code for code in range(0x80) if (code < 0x20 and code not in (9
 
 def _has_controls(text: str) -> bool:
     if text.isascii() and len(text) > 4096:
-        # `bytes.translate` deletes in C at a byte a cycle; the regex engine takes several per character.
-        return len(text.encode("ascii").translate(None, C0_BYTES)) != len(text)
+        # `bytes.translate` maps in C with a table look-up a byte (control bytes to NUL), and a NUL is then
+        # found with `memchr`; the regex engine takes several cycles per character. A MiB at a time: the
+        # encoded and mapped copies of a piece stay in the cache, where two 25 MB copies of the whole
+        # text (the deleting form of `translate`) took three times as long.
+        for start in range(0, len(text), _CONTROL_PIECE_CHARS):
+            if 0 in text[start:start + _CONTROL_PIECE_CHARS].encode("ascii").translate(_C0_TO_NUL):
+                return True
+        return False
     return CONTROL_RE.search(text) is not None
+
+
+_CONTROL_PIECE_CHARS = 1 << 20
+# Each C0 control and DEL to NUL (NUL is one), every other byte to itself.
+_C0_TO_NUL = bytes(0 if code in C0_BYTES else code for code in range(256))
 
 
 def split_lines(text: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from k3diag.evidence import MAX_LINE_CHARS, Evidence
+from k3diag.evidence import MAX_LINE_CHARS, MAX_TEXT_BYTES, MAX_WHOLE_LINE_CHARS, Evidence, _clean_utf8
 
 
 def test_iter_lines_caps_overlong_lines(tmp_path: Path) -> None:
@@ -22,3 +22,57 @@ def test_iter_lines_from_memory_and_file_agree(tmp_path: Path) -> None:
     path = tmp_path / "f.txt"
     path.write_bytes(data)
     assert list(Evidence(name="m", data=data).iter_lines()) == list(Evidence(name="f", path=path).iter_lines()) == ["a", "b", "c"]
+
+
+def _pieces_text(evidence: Evidence) -> tuple[str, bool, list[str]]:
+    """What `read_text` gives through the pieces path alone (the reference its one-step path must equal)."""
+    pieces, truncated = [], False
+    for piece, cut in evidence._pieces(MAX_TEXT_BYTES, MAX_WHOLE_LINE_CHARS):
+        pieces.append(piece)
+        truncated = truncated or cut
+    return "".join(pieces), truncated, evidence.take_notes()
+
+
+def test_reading_in_one_step_gives_what_the_pieces_give(tmp_path: Path) -> None:
+    """`read_text` decodes a clean UTF-8 file in one step; wherever a control byte, an overlong line, a
+    byte order mark, bad UTF-8 or a multi-byte character across a MiB boundary sits, it must give
+    the text and the notes the pieces path gives."""
+    block = "\tLnkSta:\tSpeed 16GT/s, Width x16\n" * 40_000  # about 1.3 MB: pieces cut inside it
+    mib = 1024 * 1024
+    cases = {
+        "clean": block.encode(),
+        "bom": b"\xef\xbb\xbf" + block.encode(),
+        "euro across a MiB boundary": (block[: mib - 1] + "\u20ac" + block[mib:]).encode(),
+        "bad utf-8": block.encode()[:mib] + b"\xff\xfe" + block.encode()[mib:],
+        "NUL at the start": b"\x00" + block.encode(),
+        "BEL at the last byte of a MiB": block.encode()[: mib - 1] + b"\x07" + block.encode()[mib:],
+        "DEL at the end": block.encode() + b"\x7f",
+        "line of exactly the longest": block.encode() + b"y" * MAX_WHOLE_LINE_CHARS + b"\n" + block.encode(),
+        "line one over the longest": block.encode() + b"y" * (MAX_WHOLE_LINE_CHARS + 1) + b"\nend\n",
+        "long last line without newline": block.encode() + b"z" * (MAX_WHOLE_LINE_CHARS + 7),
+        "empty": b"",
+    }
+    for label, data in cases.items():
+        path = tmp_path / "in.txt"
+        path.write_bytes(data)
+        for make in (lambda: Evidence(name="in.txt", path=path), lambda: Evidence(name="in.txt", data=data)):
+            want = _pieces_text(make())
+            evidence = make()
+            text, truncated = evidence.read_text()
+            assert (text, truncated, evidence.take_notes()) == want, label
+    long_line = Evidence(name="in.txt", data=cases["line one over the longest"])
+    text, _ = long_line.read_text()
+    assert max(map(len, text.split("\n"))) == MAX_WHOLE_LINE_CHARS
+    assert any("longer than 1 MiB" in note for note in long_line.take_notes())
+    # the one-step path is the one that ran on the clean cases, and stood aside on the others
+    assert _clean_utf8(cases["clean"], "utf-8") == block
+    for label in ("NUL at the start", "BEL at the last byte of a MiB", "DEL at the end", "line one over the longest",
+                  "long last line without newline"):
+        assert _clean_utf8(cases[label], "utf-8") is None, label
+
+
+def test_a_file_over_the_limit_is_cut_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"line\n" * 1000)
+    text, truncated = Evidence(name="big.txt", path=path).read_text(limit=2000)
+    assert truncated and text == "line\n" * 400
