@@ -363,49 +363,12 @@ class LineHandlers:
 
     def _comm(self, raw: str, body: str, pre: str, lineno: int) -> None:
         # the two shapes of nearly every communicator line (2.13+), read by one strict match: the same
-        # values `_comm_values` finds in them (a test checks it), set without building a dict; neither
-        # shape can hold the RCCL spellings or `Destroy COMPLETE` looked for below (the match is whole)
-        if body.startswith("ncclCommInitRank comm 0x"):
-            strict = _INIT_LINE_RE.fullmatch(body)
-            if strict is not None:
-                ptr, rank, nranks, cuda_dev, nvml_dev, bus_id, comm_id = strict.groups()
-                thread, inst = self._comm_instance(pre, ptr.lower(), body, lineno)
-                if inst is None:
-                    return
-                if inst.rank is None:
-                    inst.rank = int(rank)
-                if inst.nranks is None:
-                    inst.nranks = int(nranks)
-                inst.cuda_dev, inst.nvml_dev = int(cuda_dev), int(nvml_dev)
-                inst.bus_id = _bus_id(bus_id) or inst.bus_id
-                inst.comm_id = comm_id.lower()
-                complete = body.endswith("COMPLETE")
-                if inst.source is None or complete:
-                    inst.source = self._source(lineno, raw)
-                    inst.source_complete = complete
-                self._comm_transition(thread, inst, complete, suffix_only=False)
-                return
-        elif body.startswith("comm 0x"):
-            strict = _COMM_LINE_RE.fullmatch(body)
-            if strict is not None:
-                ptr, rank, nranks, nnodes = strict.group(1, 2, 3, 4)
-                thread, inst = self._comm_instance(pre, ptr.lower(), body, lineno)
-                if inst is None:
-                    return
-                if inst.rank is None:
-                    inst.rank = int(rank)
-                if inst.nranks is None:
-                    inst.nranks = int(nranks)
-                inst.nnodes = int(nnodes)
-                if inst.cuda_dev is None and thread.dev is not None:
-                    inst.cuda_dev = thread.dev
-                if inst.source is None:
-                    inst.source = self._source(lineno, raw)
-                    inst.source_complete = False
-                if nranks[0] == "0":
-                    self.rccl_hints += 1  # RCCL's zero-padded nRanks
-                self._comm_transition(thread, inst, False, suffix_only=False)
-                return
+        # values `_comm_values` finds in them (a test checks it), set without building a dict
+        strict = _INIT_LINE_RE.fullmatch(body) if body.startswith("ncclCommInitRank comm 0x") else \
+            _COMM_LINE_RE.fullmatch(body) if body.startswith("comm 0x") else None
+        if strict is not None:
+            self._comm_strict(strict, raw, body, pre, lineno)
+            return
         ptr_match = P.COMM_RE.search(body)
         if not ptr_match:
             return
@@ -444,6 +407,35 @@ class LineHandlers:
             # RCCL-only spellings: zero-padded nRanks suffix, kernel localSize, allocation total
             self.rccl_hints += 1
         self._comm_transition(thread, inst, complete, suffix_only=" nRanks " in body and "rank" not in values)
+
+    def _comm_strict(self, strict: re.Match, raw: str, body: str, pre: str, lineno: int) -> None:
+        """A communicator line of one of the two strict shapes. Neither can hold the RCCL spellings or
+        `Destroy COMPLETE` the general path looks for (the match is whole), but a zero-padded nRanks."""
+        ptr, rank, nranks = strict.group(1, 2, 3)
+        thread, inst = self._comm_instance(pre, ptr.lower(), body, lineno)
+        if inst is None:
+            return
+        if inst.rank is None:
+            inst.rank = int(rank)
+        if inst.nranks is None:
+            inst.nranks = int(nranks)
+        if strict.re is _INIT_LINE_RE:
+            cuda_dev, nvml_dev, bus_id, comm_id = strict.group(4, 5, 6, 7)
+            inst.cuda_dev, inst.nvml_dev = int(cuda_dev), int(nvml_dev)
+            inst.bus_id = _bus_id(bus_id) or inst.bus_id
+            inst.comm_id = comm_id.lower()
+            complete = body.endswith("COMPLETE")
+        else:
+            inst.nnodes = int(strict.group(4))
+            if inst.cuda_dev is None and thread.dev is not None:
+                inst.cuda_dev = thread.dev
+            if nranks[0] == "0":
+                self.rccl_hints += 1  # RCCL's zero-padded nRanks
+            complete = False
+        if inst.source is None or complete:
+            inst.source = self._source(lineno, raw)
+            inst.source_complete = complete
+        self._comm_transition(thread, inst, complete, suffix_only=False)
 
     def _comm_instance(self, pre: str, ptr: str, body: str, lineno: int) -> tuple[Thread, Instance | None]:
         """The thread printing a communicator line, and its instance of that communicator (created on
