@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from test_nccl_fast_path import _canon
 
 from k3diag.parse.nccl import handlers, parse_bytes, parse_stream
+from k3diag.parse.nccl.parser import NcclLogParser
 
 BODIES = [
     "ncclCommInitRank comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} commId 0x{cid} - Init START",
@@ -119,6 +120,22 @@ def test_random_mixtures_read_the_same_in_bulk(seed: int, threads: int, runs: in
     text = _log(seed, threads, runs, interleave)
     data = text.encode("utf-8")
     assert _canon(parse_bytes(data, "mix.log")) == _exact(text)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 1 << 30), st.integers(1, 12), st.integers(1, 40), st.booleans())
+def test_facts_read_once_per_host_give_what_reading_every_line_gives(seed: int, threads: int, runs: int,
+                                                                     interleave: bool) -> None:
+    """Both paths read a log-wide fact (environment, network, channel counts) once per host and text
+    (`patterns.read_once`): the result must be the one of reading every such line again."""
+    text = _log(seed, threads, runs, interleave)
+    NcclLogParser.read_facts_once = False
+    try:
+        every_line = _exact(text)
+    finally:
+        NcclLogParser.read_facts_once = True
+    assert _exact(text) == every_line
+    assert _canon(parse_bytes(text.encode("utf-8"), "mix.log")) == every_line
 
 
 def test_clean_rank_blocks_read_the_same_in_bulk() -> None:

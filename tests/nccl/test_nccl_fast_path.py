@@ -4,6 +4,7 @@ repeated and interleaved so that the fast path's blocks and the cuts between par
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import random
@@ -12,10 +13,28 @@ from pathlib import Path
 import pytest
 from nccl_fixtures import fixture_path
 
+from k3diag.model.source import SourceRef
 from k3diag.parse.nccl import parse_bytes, parse_stream, pool
+from k3diag.parse.nccl.parser import NcclLogParser
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = sorted((REPO / "fixtures" / "nccl").glob("*.log"))
+
+
+def _sources(value, out: list) -> list:
+    """Every evidence line reachable from a record, in field order (the net's, the environment's...)."""
+    if isinstance(value, SourceRef):
+        out.append(value.to_json())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            _sources(getattr(value, item.name), out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _sources(item, out)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _sources(item, out)
+    return out
 
 
 def _canon(result) -> str:
@@ -30,20 +49,27 @@ def _canon(result) -> str:
                             [r.source.to_json() if r.source else None for r in run.ranks],
                             [r.source.to_json() if r.source else None for r in run.rings],
                             [t.source.to_json() if t.source else None for t in run.trees]]
+        data["all_evidence"] = _sources(run, [])
         runs.append(data)
     out["runs"] = runs
     return json.dumps(out, sort_keys=True, default=str)
 
 
-def _exact(path: Path) -> str:
+def _exact(path: Path, facts_once: bool = True) -> str:
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return _canon(parse_stream(lines, str(path)))
+    NcclLogParser.read_facts_once = facts_once
+    try:
+        return _canon(parse_stream(lines, str(path)))
+    finally:
+        NcclLogParser.read_facts_once = True
 
 
 def _assert_same(path: Path, workers=(1, 2, 3)) -> None:
     exact = _exact(path)
+    # a log-wide fact read once per host and text gives what reading each such line gives
+    assert _exact(path, facts_once=False) == exact, path.name
     for count in workers:
         assert _canon(pool.parse_file(path, str(path), workers=count)) == exact, (path.name, count)
     assert _canon(parse_bytes(path.read_bytes(), str(path))) == exact

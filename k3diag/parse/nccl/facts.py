@@ -54,7 +54,9 @@ class FactHandlers:
         if match:
             if net.network is None:
                 net.network = match.group("name")
-                self._net_source(lineno, raw)
+                # the first such line is the evidence; kept apart from the lines each occurrence adds so
+                # that a part of a file cut for parallel parsing can be merged as one pass reads it
+                self.net_first["network"] = self._source(lineno, raw)
             return
         match = P.NET_USING_RE.match(body)
         if match:
@@ -65,9 +67,9 @@ class FactHandlers:
             return
         if body.startswith("NET/Plugin"):
             loaded = P.NET_PLUGIN_LOADED_RE.search(body)
-            if loaded and net.plugin is None:
-                net.plugin = loaded.group("name").strip() or None
-                self._net_source(lineno, raw)
+            if loaded and net.plugin is None and loaded.group("name").strip():
+                net.plugin = loaded.group("name").strip()
+                self.net_first["plugin"] = self._source(lineno, raw)
             return
         if "GPU Direct RDMA" in body:
             self._gdr(raw, body, pre, lineno)

@@ -44,6 +44,8 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.nvls_support: dict[tuple, object] = {}
         self.hosts_seen: dict[str, SourceRef] = {}
         self.net = NcclNet()
+        # the line that set `net.network` / `net.plugin` (first wins); joined to `net.sources` at the end
+        self.net_first: dict[str, SourceRef] = {}
         self.tests_ranks: dict[int, NcclRank] = {}
         self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
         self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items

@@ -267,5 +267,7 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
     net.ib_not_found = net.ib_not_found or other.ib_not_found
     net.ibverbs_missing = net.ibverbs_missing or other.ibverbs_missing
     net.sources.extend(other.sources[: max(0, 20 - len(net.sources))])
+    for kind, source in b.net_first.items():  # the first part's line stays the evidence, as in one pass
+        a.net_first.setdefault(kind, source)
     if getattr(b, "read_error", None) and not getattr(a, "read_error", None):
         a.read_error = b.read_error

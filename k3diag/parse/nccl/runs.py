@@ -238,6 +238,10 @@ def finish(parser) -> NcclLogResult:
         keeper.offer(parser, "default", [], {}, 0, allow_empty=True)
     _attach_late(parser, late)
     library = _library(parser)
+    if parser.net_first:  # the lines that set the network and plugin, among the others in line order
+        net = parser.net
+        net.sources = sorted(net.sources + list(parser.net_first.values()), key=lambda s: s.line or 0)[:20]
+        parser.net_first = {}
     kept = sorted(keeper.heap, key=lambda k: -k.rank[1])  # in the order they appear in the log
     result.runs = [k.run for k in kept]
     for run in result.runs:
