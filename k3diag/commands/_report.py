@@ -35,22 +35,27 @@ def emit_report(machine, as_json: bool, fail_on: str, title: str, tp_sizes: list
                 details: bool = False, json_indent: int | None = None) -> int:
     from k3diag.analyze.pipeline import analyze_machine
     from k3diag.analyze.verdict import exit_code_for
+    from k3diag.model.shared import reading
 
-    analysis = analyze_machine(machine, tp_sizes)
-    code = exit_code_for(machine, analysis.findings, fail_on)
-    if as_json:
-        from k3diag.render.json_report import build_report, write
+    # One reading of the model for the analysis and the report: the renderers ask for the PCIe tree and
+    # the paths the rules derived already (a 5,000-device tree was built a second time for the JSON).
+    with reading():
+        analysis = analyze_machine(machine, tp_sizes)
+        code = exit_code_for(machine, analysis.findings, fail_on)
+        if as_json:
+            from k3diag.render.json_report import build_report, write
 
-        report = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
-        write(report, sys.stdout, json_indent)
-    else:
-        from k3diag.render.terminal import make_console, render
+            report = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(),
+                                  code)
+            write(report, sys.stdout, json_indent)
+        else:
+            from k3diag.render.terminal import make_console, render
 
-        render(analysis, make_console(), title, details=details)
-        if code == 3 and not machine.analyzable:
-            typer.echo("Nothing could be analyzed: no input held a format k3diag reads (see Inputs above).", err=True)
-        elif code == 3:
-            typer.echo("No GPU was found, so this machine cannot be assessed (exit 3).", err=True)
+            render(analysis, make_console(), title, details=details)
+    if not as_json and code == 3 and not machine.analyzable:
+        typer.echo("Nothing could be analyzed: no input held a format k3diag reads (see Inputs above).", err=True)
+    elif not as_json and code == 3:
+        typer.echo("No GPU was found, so this machine cannot be assessed (exit 3).", err=True)
     return code
 
 

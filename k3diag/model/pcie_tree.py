@@ -326,7 +326,14 @@ def gpu_endpoints(machine: object, tree: PcieTree) -> list[tuple[str, str]]:
 def nic_endpoints(machine: object, tree: PcieTree) -> list[tuple[str, str]]:
     """(label, bdf) of the fast NICs: named as the NIC records name them, else by bdf.
 
-    One entry per card: a dual-port NIC's second function sits where the first does."""
+    One entry per card: a dual-port NIC's second function sits where the first does. Four PCIe rules ask
+    for them, and each asking looked at every device of the tree (5,000 of them): inside
+    `model.shared.reading()` they are found once per tree and set of NIC records."""
+    nics = tuple((nic.name, nic.bus_id) for nic in getattr(machine, "nics", {}).values())
+    return list(shared(machine, "nic-endpoints", lambda: _nic_endpoints(machine, tree), guard=(tree, nics)))
+
+
+def _nic_endpoints(machine: object, tree: PcieTree) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     seen_slots: set[str] = set()
     named: dict[str, str] = {}

@@ -96,3 +96,25 @@ def test_derived_links_and_path_description() -> None:
     assert gpu0["path"][2]["acs_redirect"] is True and gpu0["root_complex"] == "0000:00"
     assert paths["GPU2"]["narrowest_hop"] == "0000:40:01.1 -> 0000:41:00.0"
     assert paths["GPU3"]["numa_node"] == 1
+
+
+def test_nic_endpoints_are_found_once_per_reading_and_again_when_the_nics_change() -> None:
+    """Inside `model.shared.reading()` the rules share one answer; a NIC record added or renamed, or another
+    tree, is a new question (the fast NICs are named as the NIC records name them)."""
+    from k3diag.model.shared import reading
+    from k3diag.model.topology import Nic
+
+    machine = server_from_sysfs()
+    with reading():
+        tree = build_tree(machine)
+        first = nic_endpoints(machine, tree)
+        assert first == [("mlx5_0", "0000:05:00.0")]
+        first.append(("scratch", "0000:ff:00.0"))  # a caller's list is its own
+        assert nic_endpoints(machine, tree) == [("mlx5_0", "0000:05:00.0")]
+        for nic in list(machine.nics.values()):
+            if nic.bus_id and nic.bus_id.endswith("05:00.0"):
+                nic.name = "ib-renamed"
+        machine.nics["NIC9"] = Nic(name="NIC9", bus_id="0000:03:00.0")  # names a GPU's function, as a test can
+        assert nic_endpoints(machine, tree) == [(name, bdf) for name, bdf in
+                                                nic_endpoints(machine, PcieTree(list(machine.pci)))]
+        assert ("NIC9", "0000:03:00.0") in nic_endpoints(machine, tree)
