@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from k3diag.evidence import MAX_LINE_CHARS, MAX_TEXT_BYTES, MAX_WHOLE_LINE_CHARS, Evidence, _clean_utf8
+from k3diag.evidence import _CHECK_BYTES, MAX_LINE_CHARS, MAX_TEXT_BYTES, MAX_WHOLE_LINE_CHARS, Evidence, _clean_utf8
 
 
 def test_iter_lines_caps_overlong_lines(tmp_path: Path) -> None:
@@ -46,6 +46,8 @@ def test_reading_in_one_step_gives_what_the_pieces_give(tmp_path: Path) -> None:
         "bad utf-8": block.encode()[:mib] + b"\xff\xfe" + block.encode()[mib:],
         "NUL at the start": b"\x00" + block.encode(),
         "BEL at the last byte of a MiB": block.encode()[: mib - 1] + b"\x07" + block.encode()[mib:],
+        "VT at the first byte of a checked piece": block.encode()[:_CHECK_BYTES] + b"\x0b"
+        + block.encode()[_CHECK_BYTES + 1:],
         "DEL at the end": block.encode() + b"\x7f",
         "line of exactly the longest": block.encode() + b"y" * MAX_WHOLE_LINE_CHARS + b"\n" + block.encode(),
         "line one over the longest": block.encode() + b"y" * (MAX_WHOLE_LINE_CHARS + 1) + b"\nend\n",
@@ -66,7 +68,8 @@ def test_reading_in_one_step_gives_what_the_pieces_give(tmp_path: Path) -> None:
     assert any("longer than 1 MiB" in note for note in long_line.take_notes())
     # the one-step path is the one that ran on the clean cases, and stood aside on the others
     assert _clean_utf8(cases["clean"], "utf-8") == block
-    for label in ("NUL at the start", "BEL at the last byte of a MiB", "DEL at the end", "line one over the longest",
+    for label in ("NUL at the start", "BEL at the last byte of a MiB", "VT at the first byte of a checked piece",
+                  "DEL at the end", "line one over the longest",
                   "long last line without newline"):
         assert _clean_utf8(cases[label], "utf-8") is None, label
 
