@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, repeat
 
 from k3diag.gcpause import collector_paused
 from k3diag.model.pci import Acs, PciDevice, PciLink
@@ -58,7 +57,6 @@ from k3diag.parse.text import MAX_LINE_CHARS, Section, prompt_command, section_t
 __all__ = ["CLASS_CODES", "FORMAT", "LspciResult", "class_code_for", "parse", "parse_lines", "sniff", "vendor_for"]
 
 FORMAT = "lspci-vv"
-_match_start = re.Match.start
 
 @dataclass
 class LspciResult:
@@ -114,7 +112,7 @@ class _Parser:
     def run(self) -> LspciResult:
         """One `finditer` over the text visits only the lines `EVENT_RE` selects; the lines in
         between are ones `_line` would pass over. Each distinct line is classified once
-        (`_classify`) and its effect applied (`_apply`) with the steps `_line` takes."""
+        (`lspci_lines.classify`) and its effect applied by its `_on_*` step, the steps `_line` takes."""
         text = section_text(self.section)
         end = _content_end(text)
         self._text, self._end = text, end
@@ -125,20 +123,17 @@ class _Parser:
         line_end = end if newline < 0 else newline
         self._line_end = line_end
         self._exact(text[:line_end], first_line)  # the first line has no `\n` before it
-        index, previous_index, previous_end = 0, 0, line_end
+        index, counted, previous_end = 0, 0, line_end
         actions: dict[str, tuple] = {}  # keyed by the line with the `\n` before it, as the match gives it
         warnings = self.result.warnings
         count = text.count
         handlers = self._handlers()
-        matches = list(EVENT_RE.finditer(text, line_end, end))
-        starts = list(map(_match_start, matches))
-        indexes = accumulate(map(count, repeat("\n"), chain((0,), starts), starts), initial=1)
-        next(indexes)
-        for match, index in zip(matches, indexes):
+        for match in EVENT_RE.finditer(text, line_end, end):
             start, line_end = match.span()  # a match runs to the end of its line
             if start - previous_end > MAX_LINE_CHARS:
-                self._long_lines(previous_end, start, previous_index + 1 + first_line)
-            previous_index = index
+                self._long_lines(previous_end, start, index + 1 + first_line)
+            index += count("\n", counted, start) + 1
+            counted = start + 1
             previous_end = line_end
             line = match.group()
             action = actions.get(line)
@@ -160,7 +155,7 @@ class _Parser:
                 self._pos, self._line_end = start, line_end
                 handlers[code](action, first_line + index)
         if end - previous_end > MAX_LINE_CHARS:
-            self._long_lines(previous_end, end, previous_index + 1 + first_line)
+            self._long_lines(previous_end, end, index + 1 + first_line)
         self._pos = end
         return self._finish()
 
