@@ -16,6 +16,8 @@ from the page cache, in alternating order (grep, wc, k3diag, grep, ...; the mach
 of `--repeat` runs is reported): wall time of each, k3diag's ratio to grep and to wc, the peak RSS of the
 largest k3diag process (the CLI or a pool worker: `wait4`'s ru_maxrss) and the size of the JSON it wrote.
 `--interleave-mb` adds a log whose ranks are mixed a few lines at a time (the exact path's case).
+The `CPU/2 x grep` column is k3diag's CPU time (its pool workers included) halved, over grep's wall time: about
+the wall ratio on an otherwise idle 2-core machine, a bound that moves less with other load than wall time.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ def _run(argv: list[str], out_path: Path | None, cwd: Path, env: dict) -> tuple[
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def _median(values: list[float]) -> float:
@@ -183,11 +185,13 @@ def measure(path: Path, repeat: int, repo: Path) -> dict:
         "k3diag": [sys.executable, "-m", "k3diag", "analyze", str(path), "--json"],
     }
     times: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
     rss: list[float] = []
     for _ in range(repeat):
         for name, argv in contenders.items():
-            wall, peak = _run(argv, json_path if name == "k3diag" else path.with_suffix(".out"), repo, env)
+            wall, peak, seconds = _run(argv, json_path if name == "k3diag" else path.with_suffix(".out"), repo, env)
             times[name].append(wall)
+            cpu[name].append(seconds)
             if name == "k3diag":
                 rss.append(peak)
     report = json.loads(json_path.read_text())
@@ -195,7 +199,8 @@ def measure(path: Path, repeat: int, repo: Path) -> dict:
     result = {name: _median(values) for name, values in times.items()}
     result.update(rss_mib=max(rss), json_bytes=json_path.stat().st_size,
                   runs_total=summary.get("runs_total", len(report.get("nccl_runs", []))),
-                  runs_detailed=len(report.get("nccl_runs", [])), all_k3diag=times["k3diag"])
+                  runs_detailed=len(report.get("nccl_runs", [])), all_k3diag=times["k3diag"],
+                  cpu_grep=_median(cpu["grep"]), cpu_k3diag=_median(cpu["k3diag"]))
     json_path.unlink()
     path.with_suffix(".out").unlink(missing_ok=True)
     return result
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     made: list[Path] = []
     print(f"cores available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'log':<28} {'grep -c':>8} {'wc -l':>7} {'k3diag':>8} {'x grep':>7} {'x wc':>6} {'peak RSS':>9} "
-          f"{'JSON':>8}  runs (in full)")
+          f"{'JSON':>8}  {'CPU/2 x grep':>12}  runs (in full)")
     try:
         for size, interleave in cases:
             path = workdir / f"nccl-{size}mb-{'interleaved' if interleave else 'blocks'}.log"
@@ -231,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             label = f"{path.stat().st_size / 2**20:.0f} MiB {'interleaved' if interleave else 'rank blocks'}"
             print(f"{label:<28} {r['grep']:>7.2f}s {r['wc']:>6.2f}s {r['k3diag']:>7.2f}s {r['k3diag'] / r['grep']:>6.1f}x "
                   f"{r['k3diag'] / r['wc']:>5.1f}x {r['rss_mib']:>6.0f} MiB {r['json_bytes'] / 1e6:>6.2f}MB  "
+                  f"{r['cpu_k3diag'] / 2 / r['grep']:>11.1f}x  "
                   f"{r['runs_total']} ({r['runs_detailed']}); k3diag runs: "
                   + ", ".join(f"{t:.2f}" for t in r["all_k3diag"]))
         return 0
