@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from k3diag.advise.memo import remembered
+from k3diag.model.shared import shared
 
 # Dtype groups a model assigns storage formats to.
 DTYPE_GROUPS: tuple[str, ...] = (
@@ -272,7 +272,7 @@ def _ffn_items(a: Architecture, moe: bool) -> list[TensorItem]:
 def layer_items(a: Architecture, layer: int) -> list[TensorItem]:
     """The tensors of one layer: the same for every layer of a kind (remembered per kind)."""
     kind = a.layer_kind(layer)
-    return list(remembered("layer_items", a, kind, lambda: _kind_items(a, kind)))
+    return list(shared(a, ("layer_items", kind), lambda: _kind_items(a, kind)))
 
 
 def _kind_items(a: Architecture, kind: tuple[str, str]) -> list[TensorItem]:

@@ -24,7 +24,7 @@ from k3diag.advise.architecture import (
     layer_items,
 )
 from k3diag.advise.dtypes import bytes_per_param
-from k3diag.advise.memo import memoized, remembered
+from k3diag.model.shared import reading, shared
 
 GIB = float(1 << 30)
 
@@ -203,7 +203,7 @@ def item_dtype(item: TensorItem, spec: ModelSpec) -> str:
 def stage_items(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, int]) -> list[tuple[TensorItem, int]]:
     """(item, count) for everything stage `stage` holds; layers of one kind are counted, not listed."""
     a = spec.arch
-    kinds, representative = remembered("layer_kinds", a, bounds, lambda: _layer_kinds(a, bounds))
+    kinds, representative = shared(a, ("layer_kinds", bounds), lambda: _layer_kinds(a, bounds))
     items: list[tuple[TensorItem, int]] = []
     for kind, count in kinds.items():
         items.extend((item, count) for item in layer_items(a, representative[kind]))
@@ -220,8 +220,8 @@ def stage_items(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, 
 
 def memoized_ledgers():
     """A block within which each distinct stage's weight lines (and the tensors of each layer kind,
-    the bytes a token reads) are computed once; see `k3diag.advise.memo`."""
-    return memoized()
+    the bytes a token reads) are computed once; see `k3diag.model.shared`."""
+    return reading()
 
 
 def _layer_kinds(a, bounds: tuple[int, int]) -> tuple[Counter, dict]:
@@ -231,16 +231,16 @@ def _layer_kinds(a, bounds: tuple[int, int]) -> tuple[Counter, dict]:
 
 def _weight_lines(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, int]) -> list[LedgerLine]:
     # They depend on the model, TP, EP, PP, the stage and its layers; not on DP, memory or context.
-    return list(remembered("weight_lines", spec, (layout.tp, layout.ep, layout.pp, stage, bounds),
-                           lambda: _compute_weight_lines(spec, layout, stage, bounds)))
+    return list(shared(spec, ("weight_lines", layout.tp, layout.ep, layout.pp, stage, bounds),
+                       lambda: _compute_weight_lines(spec, layout, stage, bounds)))
 
 
 def _compute_weight_lines(spec: ModelSpec, layout: Layout, stage: int, bounds: tuple[int, int]) -> list[LedgerLine]:
     grouped: dict[tuple[str, str], list[float]] = {}
     formats: dict[tuple[str, str], list[str]] = {}
     # What a tensor's format and split are depends on the model, TP and EP only: asked once per tensor.
-    facts: dict[TensorItem, tuple[str, tuple[str, str], float, float]] = remembered(
-        "item_facts", spec, (layout.tp, layout.ep), dict)
+    facts: dict[TensorItem, tuple[str, tuple[str, str], float, float]] = shared(
+        spec, ("item_facts", layout.tp, layout.ep), dict)
     for item, count in stage_items(spec, layout, stage, bounds):
         known = facts.get(item)
         if known is None:
@@ -263,8 +263,8 @@ def _compute_weight_lines(spec: ModelSpec, layout: Layout, stage: int, bounds: t
 
 def _state(spec: ModelSpec, layout: Layout, bounds: tuple[int, int], context: int) -> tuple[list[LedgerLine], float, float]:
     """Per-sequence state lines at `context`, bytes per token, fixed bytes per sequence."""
-    lines, per_token, fixed = remembered("state", spec, (layout.tp, bounds, context),
-                                         lambda: _compute_state(spec, layout, bounds, context))
+    lines, per_token, fixed = shared(spec, ("state", layout.tp, bounds, context),
+                                     lambda: _compute_state(spec, layout, bounds, context))
     return list(lines), per_token, fixed
 
 

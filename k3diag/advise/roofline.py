@@ -22,9 +22,9 @@ from functools import lru_cache
 
 from k3diag.advise.architecture import EXPERTS, ModelSpec, embedding_items, head_items, layer_items
 from k3diag.advise.dtypes import bytes_per_param
-from k3diag.advise.memo import remembered
 from k3diag.advise.links import LinkInfo
 from k3diag.advise.memory import Layout, StageLedger, item_dtype, shard_fraction, stage_items
+from k3diag.model.shared import shared
 
 
 def ring_allreduce_us(n: int, nbytes: float, link: LinkInfo) -> float:
@@ -132,7 +132,7 @@ class Roofline:
 
 def weights_read_per_token_bytes(spec: ModelSpec) -> float:
     """Bytes of weights one token reads at batch 1 on one GPU holding everything (no replication)."""
-    return remembered("weights_read_per_token", spec, (), lambda: _weights_read_per_token_bytes(spec))
+    return shared(spec, "weights_read_per_token", lambda: _weights_read_per_token_bytes(spec))
 
 
 def _weights_read_per_token_bytes(spec: ModelSpec) -> float:

@@ -1,9 +1,12 @@
-"""What an analysis derives from a machine once and reads many times (its PCIe tree, its GPUDirect pairs).
+"""What a run derives once from records it reads many times: a machine's PCIe tree and GPUDirect pairs,
+a model's layer tensors and per-stage weight lines.
 
-Inside `reading()` the model is read, not changed: rules, planners and renderers ask for the same derived
-structure of one machine again and again (each PCIe rule builds the tree of 5,000 devices; four rules share
-one GPU x NIC table of 144 x 36 pairs), so the first answer is kept for the rest of the block. Code that
-adds or changes records must run outside it. Outside a `reading()` block nothing is kept.
+Inside `reading()` the records are read, not changed: rules, planners and renderers ask for the same
+derived structure of one machine again and again (each PCIe rule builds the tree of 5,000 devices; four
+rules share one GPU x NIC table of 144 x 36 pairs), and `advise` for the same stage ledgers across dozens
+of layouts and GPU counts, so the first answer is kept for the rest of the block. Code that adds or changes
+records must run outside it. Outside a `reading()` block nothing is kept. Callers get the value computed
+the first time and must not change it (hand out copies of lists).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from typing import Callable, Hashable, Iterator, TypeVar
 
 Derived = TypeVar("Derived")
 
-# (id of the machine, what) -> (the machine, the guard it was computed under, the value). The machine is
-# held so that its id cannot be reused by another object while the block lasts.
+# (id of the owner, kind) -> (the owner, the guard it was computed under, the value). The owner is held
+# so that its id cannot be reused by another object while the block lasts.
 _SCOPE: ContextVar[dict | None] = ContextVar("k3diag_shared_reading", default=None)
 
 
@@ -32,13 +35,13 @@ def reading() -> Iterator[None]:
         _SCOPE.reset(token)
 
 
-def shared(machine: object, kind: str, compute: Callable[[], Derived], guard: Hashable = None) -> Derived:
-    """`compute()`, or inside `reading()` the value it gave for this machine and kind while `guard` (a
-    cheap fingerprint of the records it reads) was the same."""
+def shared(owner: object, kind: Hashable, compute: Callable[[], Derived], guard: Hashable = None) -> Derived:
+    """`compute()`, or inside `reading()` the value it gave for this owner (by identity) and kind while
+    `guard` (a cheap fingerprint of the records it reads) was the same."""
     scope = _SCOPE.get()
     if scope is None:
         return compute()
-    hit = scope.get((id(machine), kind))
-    if hit is None or hit[0] is not machine or hit[1] != guard:
-        hit = scope[(id(machine), kind)] = (machine, guard, compute())
+    hit = scope.get((id(owner), kind))
+    if hit is None or hit[0] is not owner or hit[1] != guard:
+        hit = scope[(id(owner), kind)] = (owner, guard, compute())
     return hit[2]
