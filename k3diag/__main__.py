@@ -10,10 +10,9 @@ def main() -> None:
     # finds nothing. Paused while they are made and then frozen (moved out of the collector's view), they
     # cost nothing more, and the collector works as usual on what the command itself allocates.
     gc.disable()
-    from k3diag.cli import build_app
-    from k3diag.commands import modules_for_argv
+    from k3diag.cli import app_for
 
-    application = build_app(modules_for_argv(sys.argv[1:]))
+    application = app_for(sys.argv[1:])
     gc.freeze()
     gc.enable()
     application()

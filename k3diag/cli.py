@@ -67,9 +67,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def app_for(argv: list[str]) -> typer.Typer:
+    """The application for one run. A run names one command: only that one is registered (building all
+    nine costs ~15 ms of every start-up). `k3diag`, `--help`, `--version` and a misspelt command get them
+    all, so help lists every command and click's "No such command" can suggest the right one."""
+    return build_app(modules_for_argv(argv))
+
+
 def main() -> None:
     """Run the command line (for embedders and tests; the process entry is `k3diag.__main__.main`)."""
-    # A run names one command: only that one is registered (building all nine costs ~15 ms of every
-    # start-up). `k3diag`, `--help`, `--version` and a misspelt command get them all, so help lists
-    # every command and click's "No such command" can suggest the right one.
-    build_app(modules_for_argv(sys.argv[1:]))()
+    app_for(sys.argv[1:])()

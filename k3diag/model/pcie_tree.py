@@ -283,12 +283,10 @@ class PcieTree:
         return result
 
 
-# The analysis asks for the tree of one machine a dozen times (each PCIe rule, the paths, the planner); for
-# 5,000 devices each build and its parent lookups cost a tenth of a second: inside `model.shared.reading()`
-# (the whole analysis) it is built once.
-
-
 def build_tree(machine: object) -> PcieTree:
+    """The machine's PCIe tree. The analysis asks for it a dozen times (each PCIe rule, the paths, the
+    planner), and for 5,000 devices a build and its parent lookups cost a tenth of a second: inside
+    `model.shared.reading()` (the whole analysis) it is built once per set of devices."""
     devices = list(getattr(machine, "pci", []) or [])
     return shared(machine, "pcie-tree", lambda: PcieTree(devices), guard=tuple(map(id, devices)))
 
