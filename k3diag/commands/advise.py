@@ -85,6 +85,9 @@ def _live_machine() -> Any:
 def register(app: typer.Typer) -> None:
     @app.command("advise")
     def advise_command(
+        paths: Optional[List[Path]] = typer.Argument(
+            None, help="Hardware from a bundle or saved tool outputs, as `analyze` and `audit` take them "
+                       "(the same as --from).", show_default=False),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog model (k3, k2, k2-thinking, deepseek-v3, qwen3-235b, llama-405b, llama-70b...)."),
         config: Optional[Path] = typer.Option(None, "--config", help="A Hugging Face config.json for a model not in the catalog."),
         gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Catalog GPU (mi355x, h200, h100, b200, rtx4090, m3-ultra...)."),
@@ -118,6 +121,8 @@ def register(app: typer.Typer) -> None:
         list_catalog: bool = typer.Option(False, "--list", help="List the catalog's models and GPUs and exit."),
     ) -> None:
         """Will MODEL load, generate and serve on this hardware? Memory ledger, layouts, roofline decode time."""
+        # `k3diag advise BUNDLE --model k3`, like `k3diag audit BUNDLE --model k3`: paths given either way
+        from_paths = [*(from_paths or []), *(paths or [])] or None
         import json
 
         from k3diag.advise.catalog import CatalogError, find_model, load_config_file, parse_dtype_overrides, with_overrides

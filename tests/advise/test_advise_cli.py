@@ -114,6 +114,15 @@ def test_hardware_from_saved_topology_with_named_gpu():
     assert data["recommended"]["links"]["tp"]["code"] == "PHB"
 
 
+def test_paths_may_be_given_as_analyze_and_audit_take_them():
+    """`k3diag advise FILE --model M` reads FILE as `--from FILE` does (it was a usage error before)."""
+    topo = NVIDIA_FIXTURES / "topo-m-4x4090-phb-trailing-prompt.txt"
+    flags = ("--model", "llama-70b", "--gpu", "rtx4090", "--dtype", "int4", "--context", "8k")
+    positional = run_json(str(topo), *flags)
+    assert positional == run_json("--from", str(topo), *flags)
+    assert positional["hardware"]["count"] == 4 and positional["hardware"]["source"] == str(topo)
+
+
 def test_from_a_file_without_gpu_names_asks_for_gpu():
     topo = NVIDIA_FIXTURES / "topo-m-4x4090-phb-trailing-prompt.txt"
     code, _, err = run("--model", "llama-70b", "--from", str(topo))
