@@ -38,11 +38,12 @@ MiB = 1024 * 1024
 # (ESC sequences are stripped by `k3diag.parse.text.normalize`). The same class as text.py's CONTROL_RE,
 # without the C1 range (8-bit CSI/OSC introducers are stripped as sequences there).
 _CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
-# The same characters as bytes: in UTF-8 they are single bytes that never occur inside another
-# character, so a chunk holds one exactly when its decoded text does (a test holds the two equal).
-_CONTROL_BYTES = bytes(code for code in range(0x80) if (code < 0x20 and code not in (9, 10, 13, 27)) or code == 0x7F)
+# The same characters as bytes (C0 controls and DEL): in UTF-8 they are single bytes that never occur
+# inside another character, so a chunk holds one exactly when its decoded text does (a test holds the
+# two equal). `k3diag.parse.text` checks ASCII text for them with `has_c0_controls` too.
+C0_BYTES = bytes(code for code in range(0x80) if (code < 0x20 and code not in (9, 10, 13, 27)) or code == 0x7F)
 # A `bytes.translate` table: each control byte to NUL (NUL is one of them), every other byte to itself.
-_CONTROL_TO_NUL = bytes(0 if code in _CONTROL_BYTES else code for code in range(256))
+_C0_TO_NUL = bytes(0 if code in C0_BYTES else code for code in range(256))
 
 
 class InputError(OSError):
@@ -336,8 +337,8 @@ class Evidence:
             self._failed(exc)
             return
         cut = False
-        # UTF-8: look for control bytes in the raw chunk with `bytes.translate` (C, a byte a cycle);
-        # the regex engine takes several cycles a character and was most of the time of reading.
+        # UTF-8: look for control bytes in the raw chunk (`has_c0_controls`: C, a byte a cycle); the
+        # regex engine takes several cycles a character and was most of the time of reading.
         bytewise = self.encoding in ("utf-8", "utf-8-sig")
         try:
             with handle:
@@ -351,8 +352,7 @@ class Evidence:
                         cut = bool(handle.read(1))
                     text = decoder.decode(chunk, final=final)
                     if text:
-                        if (len(chunk.translate(None, _CONTROL_BYTES)) != len(chunk)) if bytewise \
-                                else _CONTROL_RE.search(text) is not None:
+                        if has_c0_controls(chunk) if bytewise else _CONTROL_RE.search(text) is not None:
                             found = text.count("\x00")
                             text, dropped = _CONTROL_RE.subn("", text)
                             nuls += found
@@ -403,15 +403,28 @@ class Evidence:
         }
 
 
+def has_c0_controls(data: bytes | str) -> bool:
+    """Whether `data` holds a C0 control or DEL (`C0_BYTES`): bytes, or text that is all ASCII.
+
+    `bytes.translate` maps each piece in C with a table look-up a byte (control bytes to NUL), and a
+    NUL is then found with `memchr`; the regex engine takes several cycles a character. 64 KiB at a
+    time: a piece's copies (encoded, mapped) stay under the allocator's mmap threshold and reuse the
+    same memory, where copies of a whole 25 MB text took twice as long, page faults included."""
+    encode = isinstance(data, str)
+    for start in range(0, len(data), _CHECK_BYTES):
+        piece = data[start:start + _CHECK_BYTES]
+        if 0 in (piece.encode("ascii") if encode else piece).translate(_C0_TO_NUL):  # type: ignore[union-attr]
+            return True
+    return False
+
+
 def _clean_utf8(data: bytes, encoding: str) -> str | None:
     """`data` decoded in one step, when the pieces path would neither drop nor cut anything in it: no
-    control byte (each 64 KiB mapped with `bytes.translate`, control bytes to NUL, then searched for a
-    NUL: a table look-up a byte) and no line
-    over `MAX_WHOLE_LINE_CHARS`; None otherwise. A 25 MB `lspci -vv` reads in half the time the pieces
-    take (their decoder, their checks and the final join each went over the text again)."""
-    for start in range(0, len(data), _CHECK_BYTES):
-        if 0 in data[start:start + _CHECK_BYTES].translate(_CONTROL_TO_NUL):
-            return None
+    control byte (`has_c0_controls`) and no line over `MAX_WHOLE_LINE_CHARS`; None otherwise. A 25 MB
+    `lspci -vv` reads in half the time the pieces take (their decoder, their checks and the final
+    join each went over the text again)."""
+    if has_c0_controls(data):
+        return None
     text = data.decode(encoding, errors="replace")
     # Every full stretch of half the longest line holds a newline, so no line runs past the longest.
     half = MAX_WHOLE_LINE_CHARS // 2

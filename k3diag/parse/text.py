@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3diag.evidence import C0_BYTES, has_c0_controls  # noqa: F401  (C0_BYTES re-exported)
 from k3diag.parse.lazy_re import lazy
 from k3diag.textcodec import decode_text, detect_encoding  # noqa: F401  (re-exported)
 
@@ -110,27 +111,12 @@ def clean_text(text: str, controls_dropped: bool = False) -> tuple[str, int]:
     return text, dropped
 
 
-# C0 controls and DEL: the ASCII part of CONTROL_RE (a test holds them equal).
-C0_BYTES = bytes(code for code in range(0x80) if (code < 0x20 and code not in (9, 10, 13, 27)) or code == 0x7F)
-
-
 def _has_controls(text: str) -> bool:
+    # Large ASCII text: a table look-up a byte (`has_c0_controls`; CONTROL_RE's characters outside
+    # ASCII cannot be in it, and a test holds its ASCII part equal to `C0_BYTES`), not a regex pass.
     if text.isascii() and len(text) > 4096:
-        # `bytes.translate` maps in C with a table look-up a byte (control bytes to NUL), and a NUL is then
-        # found with `memchr`; the regex engine takes several cycles per character. 64 KiB at a time: the
-        # encoded and mapped copies of a piece stay under the allocator's mmap threshold and reuse the
-        # same memory, where two 25 MB copies of the whole text (the deleting form of `translate`) took
-        # twice as long, page faults included.
-        for start in range(0, len(text), _CONTROL_PIECE_CHARS):
-            if 0 in text[start:start + _CONTROL_PIECE_CHARS].encode("ascii").translate(_C0_TO_NUL):
-                return True
-        return False
+        return has_c0_controls(text)
     return CONTROL_RE.search(text) is not None
-
-
-_CONTROL_PIECE_CHARS = 1 << 16
-# Each C0 control and DEL to NUL (NUL is one), every other byte to itself.
-_C0_TO_NUL = bytes(0 if code in C0_BYTES else code for code in range(256))
 
 
 def split_lines(text: str) -> list[str]:

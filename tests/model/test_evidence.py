@@ -79,3 +79,21 @@ def test_a_file_over_the_limit_is_cut_as_before(tmp_path: Path) -> None:
     path.write_bytes(b"line\n" * 1000)
     text, truncated = Evidence(name="big.txt", path=path).read_text(limit=2000)
     assert truncated and text == "line\n" * 400
+
+
+def test_the_control_bytes_are_what_reading_drops() -> None:
+    """`C0_BYTES` (the one-step read's check, and `parse.text`'s for large ASCII text) and the class the
+    pieces path drops are the same characters; `has_c0_controls` finds each in bytes and in text, at
+    either edge of a checked piece."""
+    import re
+
+    from k3diag.evidence import _CONTROL_RE, C0_BYTES, has_c0_controls
+
+    assert set(re.findall(_CONTROL_RE.pattern, "".join(map(chr, range(256))))) == set(map(chr, C0_BYTES))
+    base = "a" * (2 * _CHECK_BYTES + 10)
+    assert not has_c0_controls(base) and not has_c0_controls(base.encode()) and not has_c0_controls(b"")
+    for code in range(128):
+        for position in (0, _CHECK_BYTES - 1, _CHECK_BYTES, len(base) - 1):
+            text = base[:position] + chr(code) + base[position + 1:]
+            want = code in C0_BYTES
+            assert has_c0_controls(text) is want and has_c0_controls(text.encode()) is want, (code, position)

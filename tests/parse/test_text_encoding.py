@@ -117,9 +117,10 @@ def test_split_sections_with_prompts_never_raises(lines: list[str]) -> None:
 def test_control_characters_are_found_in_every_piece_of_a_large_ascii_text() -> None:
     """`clean_text` looks for C0 controls in a large ASCII text a piece at a time (`bytes.translate`): one
     at either edge of a piece, or in the short last piece, is dropped as the regex would drop it."""
-    from k3diag.parse.text import _CONTROL_PIECE_CHARS, CONTROL_RE, clean_text
+    from k3diag.evidence import _CHECK_BYTES
+    from k3diag.parse.text import CONTROL_RE, clean_text
 
-    piece = _CONTROL_PIECE_CHARS
+    piece = _CHECK_BYTES  # the pieces `has_c0_controls` checks
     base = ("\t\tLnkSta:\tSpeed 16GT/s, Width x16\n" * 80_000)[: 2 * piece + 1000]
     for position in (0, piece - 1, piece, 2 * piece - 1, 2 * piece, len(base) - 1):
         for control in ("\x00", "\x07", "\x1f", "\x7f"):
