@@ -245,12 +245,6 @@ def _line_end(text: str, start: int) -> int:
     return len(text) if end == -1 else end
 
 
-def _line(text: str, start: int) -> str:
-    """The line beginning at `start`, or "" when it is too long to begin an output (content, not a header)."""
-    end = _line_end(text, start)
-    return text[start:end] if end - start <= MAX_START_LINE_CHARS else ""
-
-
 def _previous_nonblank_line(text: str, start: int) -> int | None:
     end = start - 1  # the newline that ends the line before
     while end >= 0:
@@ -274,15 +268,15 @@ def _lines_holding(text: str, literals: tuple[str, ...]) -> list[int]:
     return sorted(found)
 
 
+_STREAMING = tuple(spec for spec in FORMATS if spec.streaming)
+
+
 def streaming_format(head_text: str) -> FormatSpec | None:
     """The streaming format (an NCCL log) a file's head says it is, if any."""
     # Only the streaming formats' hints are tried: the others' would be tried again, on the head
     # `detect` reads, for the section they might be.
-    streaming = [spec for spec in FORMATS if spec.streaming]
-    if not streaming:
-        return None
     folded = fold(head_text)
-    for spec in streaming:
+    for spec in _STREAMING:
         if not spec.may_match(head_text, folded):
             continue
         module = parser_module(spec)

@@ -20,6 +20,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any, Callable
 
+from k3diag.parse.hints import compiled_hint, fold
+
 
 @dataclass(frozen=True)
 class FormatSpec:
@@ -41,8 +43,6 @@ class FormatSpec:
         """Whether the hint occurs in `text` (`folded`: `hints.fold(text)`, when the caller has it)."""
         if self.hint is None:
             return True
-        from k3diag.parse.hints import compiled_hint, fold
-
         return compiled_hint(self.hint).search(text, fold(text) if folded is None else folded)
 
 
@@ -159,8 +159,6 @@ def available_formats(text: str | None = None) -> list[FormatSpec]:
     """Formats whose parser exists; given `text`, only those whose hint occurs in it."""
     if text is None:
         return [spec for spec in FORMATS if parser_module(spec) is not None]
-    from k3diag.parse.hints import fold
-
     folded = fold(text)  # once for every hint
     return [spec for spec in FORMATS if spec.may_match(text, folded) and parser_module(spec) is not None]
 
