@@ -100,7 +100,7 @@ class _Parser:
 
     # -- drivers ------------------------------------------------------------------
     def run_lines(self) -> LspciResult:
-        lines = section_text(self.section).split("\n")
+        lines = self._text_of_section().split("\n")
         while lines and not lines[-1].strip():
             lines.pop()  # a trailing newline is the end of the file, not the end of a block
         self._lines = lines
@@ -109,11 +109,30 @@ class _Parser:
             self._exact(raw, self.section.first_line + index)
         return self._finish()
 
+    def _text_of_section(self) -> str:
+        """The section's normalized text, without the `> ` marks of an e-mail reply when most of its
+        lines carry them (the topo parsers' `unquote_reply` rule; the line count is kept). Both
+        drivers start here, so they read the same lines."""
+        text = section_text(self.section)
+        head = text[:_QUOTE_SNIFF_CHARS]
+        if ">" not in head:
+            return text
+        from k3diag.parse.nvidia_topo_matrix import unquote_reply
+
+        # decided on the head first: `>SERR-` on every Status line puts a `>` in every real output
+        if not unquote_reply(head.split("\n")[:400])[1]:
+            return text
+        lines, quoted = unquote_reply(text.split("\n"))
+        if not quoted:
+            return text
+        self.result.warnings.append("the output was quoted in a reply (`> ` before each line); read without the marks")
+        return "\n".join(lines)
+
     def run(self) -> LspciResult:
         """One `finditer` over the text visits only the lines `EVENT_RE` selects; the lines in
         between are ones `_line` would pass over. Each distinct line is classified once
         (`lspci_lines.classify`) and its effect applied by its `_on_*` step, the steps `_line` takes."""
-        text = section_text(self.section)
+        text = self._text_of_section()
         end = _content_end(text)
         self._text, self._end = text, end
         first_line = self.section.first_line
@@ -570,6 +589,8 @@ def _content_end(text: str) -> int:
     return 0
 
 
+# How much of a section is looked at to tell whether it was quoted in a reply.
+_QUOTE_SNIFF_CHARS = 100_000
 # 45,000 references in a 5,000-device `lspci -vv`: filled without the frozen dataclass's setattr
 _ref = source_ref
 

@@ -159,3 +159,30 @@ def test_wrapped_acs_flags_join_the_line_above_in_both_paths() -> None:
 def test_no_line_of_the_mixtures_breaks_the_parser(lines: list[str]) -> None:
     result = assert_same("\n".join(lines))
     assert not [warning for warning in result.warnings if "could not be read" in warning]
+
+
+def test_an_output_quoted_in_an_email_reply_reads_as_the_output() -> None:
+    """`> ` before every line (a reply quoting the paste): the same devices, links and ACS as the output
+    itself, the line numbers of the file, and a warning that says so; in bulk as line by line."""
+    text = TEMPLATE.read_text()
+    plain = assert_same(text)
+    for quote in ("> ", "> > ", ">> "):
+        quoted = "On Tue, Dana wrote:\n" + "".join(quote + line + "\n" for line in text.split("\n"))
+        result = assert_same(quoted)
+        assert "the output was quoted in a reply (`> ` before each line); read without the marks" in result.warnings
+        assert [device.bdf for device in result.devices] == [device.bdf for device in plain.devices]
+        for got, want in zip(result.devices, plain.devices):
+            assert (got.numa_node, got.driver, got.secondary_bus) == (want.numa_node, want.driver, want.secondary_bus)
+            assert (got.link.cap_speed_gts, got.link.cap_width, got.link.sta_speed_gts, got.link.sta_width,
+                    got.link.speed_downgraded, got.link.target_speed_gts) == \
+                (want.link.cap_speed_gts, want.link.cap_width, want.link.sta_speed_gts, want.link.sta_width,
+                 want.link.speed_downgraded, want.link.target_speed_gts)
+            assert got.acs is not None and got.acs.ctl == want.acs.ctl
+            assert [ref.line for ref in got.sources] == [ref.line + 1 for ref in want.sources]
+
+
+def test_a_prompt_with_a_quote_mark_is_not_a_reply() -> None:
+    text = "> lspci -vv\n" + TEMPLATE.read_text()
+    result = assert_same(text)
+    assert not any("quoted in a reply" in warning for warning in result.warnings)
+    assert len(result.devices) == 2 and all(device.link is not None for device in result.devices)
