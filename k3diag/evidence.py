@@ -255,6 +255,8 @@ class Evidence:
         got = 0
         try:
             with self._open() as handle:
+                if os.fstat(handle.fileno()).st_size > limit:
+                    return None  # the pieces path cuts it: reading `limit` bytes here would be thrown away
                 # One read of the whole file into one buffer, not a join of MiB chunks: each copy of a
                 # 25 MB text costs ~15 ms of first-touch page faults on top of the copying.
                 while got <= limit:

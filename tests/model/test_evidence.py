@@ -97,3 +97,37 @@ def test_the_control_bytes_are_what_reading_drops() -> None:
             text = base[:position] + chr(code) + base[position + 1:]
             want = code in C0_BYTES
             assert has_c0_controls(text) is want and has_c0_controls(text.encode()) is want, (code, position)
+
+
+def test_a_file_over_the_limit_is_read_once(tmp_path: Path, monkeypatch) -> None:
+    """The one-step read stands aside for a file its size says is over the limit, before reading it: the
+    pieces path alone reads (and cuts) it."""
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"line\n" * 1000)
+    evidence = Evidence(name="big.txt", path=path)
+    opened = evidence._open
+    read: list[int] = []
+
+    class Counting:
+        def __init__(self, handle) -> None:
+            self.handle = handle
+
+        def read(self, size: int = -1) -> bytes:
+            chunk = self.handle.read(size)
+            read.append(len(chunk))
+            return chunk
+
+        def __getattr__(self, name: str):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.handle.close()
+
+    assert evidence.encoding == "utf-8"  # its sniff of the head is not what is counted
+    monkeypatch.setattr(evidence, "_open", lambda: Counting(opened()))
+    text, truncated = evidence.read_text(limit=2000)
+    assert truncated and text == "line\n" * 400
+    assert sum(read) <= 2001
