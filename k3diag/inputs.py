@@ -215,6 +215,10 @@ def _walk_folder(folder: Path) -> tuple[list[Evidence], list[InputRecord]]:
                                               "with '.') were not read; give them as paths to read them"))
     for failure in unlisted:
         problems.append(_problem(str(folder), f"could not list {failure}; its files were not read"))
+    if count == 0 and not unlisted:
+        # an empty folder (or one of hidden files, links and pipes only) says so, not just "nothing read"
+        problems.append(_problem(str(folder), f"{folder} holds no file to read" + (
+            " besides those named above" if problems else "")))
     return evidence, problems
 
 

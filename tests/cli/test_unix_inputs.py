@@ -192,6 +192,21 @@ def test_deep_folders_are_read_to_16_levels_and_the_rest_is_named(tmp_path: Path
             "of their own") in warnings
 
 
+def test_an_empty_folder_is_named_as_empty(tmp_path: Path, k3diag: list[str]) -> None:
+    empty = tmp_path / "saved"
+    empty.mkdir()
+    code, report = _analyze_json([empty])
+    assert code == 3
+    warnings = [w for i in report["inputs"] for w in i["warnings"]]
+    assert f"{empty} holds no file to read" in warnings
+    terminal = _run(k3diag + ["analyze", str(empty)])
+    assert terminal.returncode == 3 and f"{empty} holds no file to read" in (terminal.stdout + terminal.stderr).decode()
+    (empty / ".hidden.txt").write_bytes(TOPO.read_bytes())
+    _, report = _analyze_json([empty])
+    warnings = [w for i in report["inputs"] for w in i["warnings"]]
+    assert f"{empty} holds no file to read besides those named above" in warnings
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_file_swapped_for_a_fifo_or_folder_after_listing_is_a_sentence(tmp_path: Path) -> None:
     from k3diag.evidence import Evidence
