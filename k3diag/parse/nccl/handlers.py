@@ -90,7 +90,6 @@ class LineHandlers:
         (the main thread's `cudaDriverVersion` and `Bootstrap` lines) would otherwise keep one per process
         for the whole part, and memory would grow with the log. Forgetting it changes nothing at the
         merge: an empty open head hands nothing on, and the earlier part's state of the thread continues."""
-        forgotten: set[int] = set()
         for key, old in list(self.threads.items()):
             head = old.head
             holds = head is not None and bool(head.conns or head.rings or head.ring_next or head.trees)
@@ -99,13 +98,9 @@ class LineHandlers:
                 continue
             if head is not None and old.head_closed:
                 self.adopters[key] = old.adopter  # what the merge needs of an empty head
-            forgotten.add(id(old))
             del self.threads[key]
-        if forgotten:
-            # a prefix must not keep leading to a forgotten thread: its next line makes a new one
-            # (in place: the line loops hold this dict's `get`)
-            for pre in [pre for pre, thread in self.prefix_cache.items() if id(thread) in forgotten]:
-                del self.prefix_cache[pre]
+        # a prefix must not keep leading to a forgotten thread (its next line makes a new one): every
+        # prefix is looked up again; cleared in place, as the line loops hold this dict's `get`
         self.prefix_cache.clear()
 
     def _host_seen(self, thread: Thread, lineno: int, raw: str) -> None:

@@ -23,8 +23,8 @@ MAX_TREES_PER_RUN = 20_000
 MAX_GDR = 500
 MAX_DMABUF = 500
 MAX_P2P_DISABLED = 2_000
-MAX_HOSTS = 4_096
-MAX_FINALIZED_PROCS = 32_768  # processes of built runs remembered for their late connection lines  # host names seen on NCCL lines without a rank
+MAX_HOSTS = 4_096  # host names seen on NCCL lines, with or without a rank
+MAX_FINALIZED_PROCS = 32_768  # processes of built runs remembered for their late connection lines
 MAX_EXAMPLES = 10  # line numbers kept for each kind of skipped line
 MAX_LINE_CHARS = 1 << 16
 # Runs (communicators) reported in full: the largest and those that show a problem, up to this many.
@@ -134,18 +134,5 @@ def read_once(body: str) -> bool:
 
 
 # -- bytes (fast path) ---------------------------------------------------------------------------
-INFO_MARK = b" NCCL INFO "
 # A run of lines that all begin with one thread's record header, found in one C-level match.
 SAME_PREFIX_RUN_RE = re.compile(rb"([^\n]*? NCCL INFO )[^\n]*\n(?:\1[^\n]*\n)*")
-# In a block whose header was stripped: the lines that carry a fact other than a connection, by the
-# tags of TAG_ACTIONS (a C-level `startswith` with a tuple); those in TAG_NEEDS are then checked for
-# their word. A `Channel`/`Ring` line without ` via ` (ring order) is read too.
-HANDLED_BODY_STARTS = (
-    b"Tree", b"comm", b"nccl", b"NCCL", b"RCCL", b"HSA_", b"NET/", b"Usin", b"Fail", b"GPU ", b"GPU/", b"NIC/",
-    b"P2P ", b"Patt", b"Conn", b"init", b"ROCr", b"Hipr", b"MSCC", b"MNNV", b"DMA-", b"NVLS",
-    b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9",
-)
-HANDLED_BODY_NEEDS = {
-    b"P2P ": b"P2P is disabled", b"Conn": b"comm 0x", b"init": b"rsmi", b"MNNV": b"healthMask",
-}
-CONN_BODY_STARTS = (b"Channel ", b"Ring ")
