@@ -50,9 +50,7 @@ class LineFeed:
                 mask = map(and_, mask, map(not_, map(contains, batch, repeat(": opCount "))))
             self._feed_selected(compress(zip(count(base), batch), mask))
             if any(any(map(contains, batch, repeat(word))) for word in odd_words):
-                for offset, raw in enumerate(batch):
-                    if "CCL" not in raw and "Pid" not in raw and ("\x00" in raw or "\ufffd" in raw or "/dev/shm" in raw):
-                        self._other(raw, base + offset)
+                self._feed_odd(batch, base)
             base += len(batch)
         self.lines_total += base - first_line
 
@@ -61,10 +59,14 @@ class LineFeed:
         the same filters line by line, without the batch's fixed cost of a dozen C-level passes."""
         self._feed_selected([(first_line + offset, raw) for offset, raw in enumerate(lines)
                              if ("CCL" in raw or "Pid" in raw) and ": opCount " not in raw])
+        self._feed_odd(lines, first_line)
+        self.lines_total += len(lines)
+
+    def _feed_odd(self, lines: list[str], first_line: int) -> None:
+        """The lines outside any NCCL record that hold one of `_ODD_WORDS`, read by `_other`."""
         for offset, raw in enumerate(lines):
             if "CCL" not in raw and "Pid" not in raw and ("\x00" in raw or "\ufffd" in raw or "/dev/shm" in raw):
                 self._other(raw, first_line + offset)
-        self.lines_total += len(lines)
 
     def _feed_selected(self, numbered: Iterable[tuple[int, str]]) -> None:
         mark = P.MARK
