@@ -51,6 +51,21 @@ def test_binary_junk_in_the_middle():
     assert any("binary" in w and "line(s) 6" in w for w in result.warnings)
 
 
+def test_nuls_glued_before_a_record_are_not_part_of_the_host(tmp_path):
+    """A job that crashed mid-write leaves NULs up to the next record on the same line: the host is
+    still the one the record names, not a second host with NULs in its name."""
+    lines = lines_of("nccl-2.7-busid-direct-shared-memory.log")
+    first = next(i for i, line in enumerate(lines) if " via " in line)
+    mixed = lines[:first] + ["\x00" * 40 + lines[first]] + lines[first + 1:]
+    expected = nccl_log.parse_stream(lines, "nul.log")
+    path = tmp_path / "nul.log"
+    path.write_bytes("\n".join(mixed).encode() + b"\n")
+    for result in (nccl_log.parse_stream(mixed, "nul.log"), nccl_log.parse_path(path, "nul.log", workers=1)):
+        assert result.runs[0].hosts == expected.runs[0].hosts
+        assert set(result.hosts_seen) == set(expected.hosts_seen)
+        assert all("\x00" not in host for host in result.hosts_seen)
+
+
 def test_no_nccl_lines():
     result = nccl_log.parse_stream(["hello", "step 1 loss 2.3", "", "RuntimeError: NCCL error in: x.cpp:12"], "app.log")
     assert result.runs == []

@@ -34,12 +34,13 @@ BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
 
 # -- text (exact path) ---------------------------------------------------------------------------
 # The record header right before " NCCL INFO"/" NCCL WARN": host may be numeric, redacted
-# (`<cluster_name>`), a container id or a pod name; what precedes it is a launcher prefix.
+# (`<cluster_name>`), a container id or a pod name; what precedes it is a launcher prefix, or NULs and
+# bad bytes glued to it (a log file whose writer crashed leaves a NUL-filled stretch before the next record).
 PREFIX_RE = re.compile(
-    r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
+    r"(?P<host>[^\s:\x00\ufffd]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
 )
 # Some RCCL builds and redacted pastes drop pid:tid (`node [0] NCCL INFO`).
-PREFIX_NOPID_RE = re.compile(r"(?P<host>[^\s:\[\]]+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
+PREFIX_NOPID_RE = re.compile(r"(?P<host>[^\s:\[\]\x00\ufffd]+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
 # A connection line is `<head> : <rest>`; both halves are parsed once per distinct text.
 CONN_HEAD_RE = re.compile(r"^(?P<kind>Ring|Channel) (?P<ch>\d+)(?:/(?P<conn>\d+))?$")
 CONN_REST_RE = re.compile(
