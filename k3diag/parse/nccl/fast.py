@@ -96,7 +96,6 @@ class FastFeed:
         if not hasattr(self, "_codes"):
             self._codes = _Codes()
             self._rest_bytes: dict[bytes, object] = {}
-            self._once: set[tuple] = set()
             self._kinds: dict[bytes, str] = {}
         clean = chunk.isascii() and b"\x00" not in chunk and b"\r" not in chunk
         match = P.SAME_PREFIX_RUN_RE.match
@@ -244,7 +243,7 @@ class FastFeed:
                 n_conn -= len(rings)
                 facts = sorted(facts + rings) if facts else rings
         counted = n_conn + dropped
-        once = self._once
+        once = self.once_read  # the exact path's memo too (keyed there by text, here by bytes)
         host = thread.host
         for index, body, kind in facts:
             if kind is _ONCE:

@@ -49,7 +49,9 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.tests_ranks: dict[int, NcclRank] = {}
         self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
         self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items
-        self.once_read: set[tuple] = set()  # (host, text) of facts read (`patterns.read_once`)
+        # (host, body) of the facts read (`patterns.read_once`): the body as text on the exact path, as
+        # bytes on the bulk path (a fact the other path read is read once more: that changes nothing)
+        self.once_read: set[tuple] = set()
         self.lines_total = 0
         self.lines_nccl = 0
         self.skipped = 0
@@ -114,7 +116,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.trees_cache = {}
         self.once_read = set()
         self.__dict__.pop("_codes", None)
-        for name in ("_rest_bytes", "_kinds", "_once"):
+        for name in ("_rest_bytes", "_kinds"):
             self.__dict__.pop(name, None)
         self.forget_idle_threads()  # fewer to send and merge; the merge treats both alike
 
