@@ -10,10 +10,10 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_nccl_fast_path import _canon
+from nccl_equivalence import canon as _canon
+from nccl_equivalence import exact
 
-from k3diag.parse.nccl import handlers, parse_bytes, parse_stream
-from k3diag.parse.nccl.parser import NcclLogParser
+from k3diag.parse.nccl import handlers, parse_bytes
 
 BODIES = [
     "ncclCommInitRank comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} commId 0x{cid} - Init START",
@@ -108,10 +108,7 @@ def _log(seed: int, threads: int, runs: int, interleave: bool) -> str:
 
 
 def _exact(text: str) -> str:
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return _canon(parse_stream(lines, "mix.log"))
+    return exact(text, "mix.log")
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -129,11 +126,7 @@ def test_facts_read_once_per_host_give_what_reading_every_line_gives(seed: int, 
     """Both paths read a log-wide fact (environment, network, channel counts) once per host and text
     (`patterns.read_once`): the result must be the one of reading every such line again."""
     text = _log(seed, threads, runs, interleave)
-    NcclLogParser.read_facts_once = False
-    try:
-        every_line = _exact(text)
-    finally:
-        NcclLogParser.read_facts_once = True
+    every_line = exact(text, "mix.log", every_line=True)
     assert _exact(text) == every_line
     assert _canon(parse_bytes(text.encode("utf-8"), "mix.log")) == every_line
 

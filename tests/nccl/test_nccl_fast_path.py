@@ -4,66 +4,24 @@ repeated and interleaved so that the fast path's blocks and the cuts between par
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
-import json
 import random
 from pathlib import Path
 
 import pytest
+from nccl_equivalence import canon as _canon
+from nccl_equivalence import exact as exact_of_text
+from nccl_fixtures import FIXTURES as FIXTURE_DIR
 from nccl_fixtures import fixture_path
 
-from k3diag.model.source import SourceRef
-from k3diag.parse.nccl import parse_bytes, parse_stream, pool
-from k3diag.parse.nccl.parser import NcclLogParser
+from k3diag.parse.nccl import parse_bytes, pool
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = sorted((REPO / "fixtures" / "nccl").glob("*.log"))
-
-
-def _sources(value, out: list) -> list:
-    """Every evidence line reachable from a record, in field order (the net's, the environment's...)."""
-    if isinstance(value, SourceRef):
-        out.append(value.to_json())
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for item in dataclasses.fields(value):
-            _sources(getattr(value, item.name), out)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _sources(item, out)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _sources(item, out)
-    return out
-
-
-def _canon(result) -> str:
-    """Everything a user sees of a result, evidence lines included."""
-    out = {"warnings": result.warnings, "library": result.library, "version": result.version,
-           "lines": [result.lines_total, result.lines_nccl, result.lines_skipped, result.skipped_lines],
-           "hosts": {h: s.to_json() for h, s in result.hosts_seen.items()}, "summary": result.summary.to_json()}
-    runs = []
-    for run in result.runs:
-        data = run.to_json()
-        data["evidence"] = [[c.source.to_json() for c in run.connections],
-                            [r.source.to_json() if r.source else None for r in run.ranks],
-                            [r.source.to_json() if r.source else None for r in run.rings],
-                            [t.source.to_json() if t.source else None for t in run.trees]]
-        data["all_evidence"] = _sources(run, [])
-        runs.append(data)
-    out["runs"] = runs
-    return json.dumps(out, sort_keys=True, default=str)
+REPO = FIXTURE_DIR.parent
+FIXTURES = sorted((FIXTURE_DIR / "nccl").glob("*.log"))
 
 
 def _exact(path: Path, facts_once: bool = True) -> str:
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    NcclLogParser.read_facts_once = facts_once
-    try:
-        return _canon(parse_stream(lines, str(path)))
-    finally:
-        NcclLogParser.read_facts_once = True
+    return exact_of_text(path.read_text(encoding="utf-8", errors="replace"), str(path), every_line=not facts_once)
 
 
 def _assert_same(path: Path, workers=(1, 2, 3)) -> None:

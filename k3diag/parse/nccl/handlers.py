@@ -26,9 +26,6 @@ class LineHandlers:
     """Mixin of `NcclLogParser`: the handlers for each non-connection kind of line."""
 
     input: str
-    # False: every fact line is read, even the same text of the same host again (the reference the
-    # tests hold `patterns.read_once` to; the bulk path relies on the same rule)
-    read_facts_once: bool = True
 
     # -- common --------------------------------------------------------------------------------
     def _source(self, lineno: int, raw: str) -> SourceRef:
@@ -185,7 +182,7 @@ class LineHandlers:
             self._host_seen(thread, lineno, raw)
             body = raw[k + 11 :].rstrip()
             tag = body[:4]
-            if (tag in P.ONCE_TAGS or tag[:1].isdigit()) and self.read_facts_once and P.read_once(body):
+            if (tag in P.ONCE_TAGS or tag[:1].isdigit()) and P.read_once(body):
                 # every rank prints its host's network and environment: the first of each is the fact
                 key = (thread.host, body)
                 if key in self.once_read:
