@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         for size, interleave in cases:
             path = workdir / f"nccl-{size}mb-{'interleaved' if interleave else 'blocks'}.log"
             if not path.exists():
-                info = generate(path, size, nodes=args.nodes, coll_per_rank=2, interleave=interleave)
+                generate(path, size, nodes=args.nodes, coll_per_rank=2, interleave=interleave)
                 made.append(path)
             r = measure(path, args.repeat, repo)
             label = f"{path.stat().st_size / 2**20:.0f} MiB {'interleaved' if interleave else 'rank blocks'}"

@@ -35,7 +35,7 @@ from typing import Iterable
 
 from k3diag.gcpause import collector_paused
 from k3diag.parse.nccl.parser import NcclLogParser
-from k3diag.parse.nccl.patterns import DETAIL_RUNS, MAX_LINE_CHARS, TESTS_RANK_RE
+from k3diag.parse.nccl.patterns import DETAIL_RUNS, TESTS_RANK_RE
 from k3diag.parse.nccl.runs import NcclLogResult
 from k3diag.parse.nccl.sniff import bus_id_from_tests_header, sniff
 
