@@ -201,3 +201,15 @@ def test_random_garbage_never_raises():
             if rng.random() < 0.1:
                 lines.append("".join(chr(rng.randrange(0, 0x2FF)) for _ in range(rng.randrange(80))))
         nccl_log.parse_stream(lines, "fuzz.log")
+
+
+def test_a_long_run_of_junk_before_a_record_is_read_in_linear_time(tmp_path):
+    """A crashed writer's junk glued before a record (no newline between) made the header search
+    quadratic in the junk's length (9 MiB: minutes); the record's own header is what counts."""
+    path = tmp_path / "junk.log"
+    path.write_bytes(b"a:1:2 [0] NCCL INFO Using network IB\n" + b"x" * (2 << 20)
+                     + b" host9:1:2 [0] NCCL INFO NCCL version 2.18.5+cuda12.0\n")
+    for result in (nccl_log.parse_path(path, "junk.log", workers=1),
+                   nccl_log.parse_stream(path.read_text().split("\n"), "junk.log")):
+        assert result.version == "2.18.5+cuda12.0"
+        assert set(result.hosts_seen) == {"a", "host9"}

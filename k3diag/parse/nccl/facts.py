@@ -186,7 +186,8 @@ class FactHandlers:
                                        dst_bus_id=_node_bus_id(dst), host=host, source=source)
 
     def _warn(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        match = P.PREFIX_RE.search(pre) or P.PREFIX_NOPID_RE.search(pre)
+        header = pre[-P.MAX_HEADER_CHARS:]
+        match = P.PREFIX_RE.search(header) or P.PREFIX_NOPID_RE.search(header)
         src_file = match.group("file") if match else None
         src_line = int(match.group("fline")) if match and match.group("fline") else None
         if src_file and ("rccl" in src_file or "hipify" in src_file):

@@ -48,12 +48,12 @@ class LineHandlers:
         cached = self.prefix_cache.get(pre)
         if cached is not None:
             return cached
-        match = P.PREFIX_RE.search(pre)
+        match = P.PREFIX_RE.search(pre[-P.MAX_HEADER_CHARS:])
         if match:
             key = (match.group("host"), int(match.group("pid")), int(match.group("tid")))
             dev = int(match.group("dev"))
         else:
-            match2 = P.PREFIX_NOPID_RE.search(pre)
+            match2 = P.PREFIX_NOPID_RE.search(pre[-P.MAX_HEADER_CHARS:])
             if match2:
                 key = (match2.group("host"), None, None)
                 dev = int(match2.group("dev"))

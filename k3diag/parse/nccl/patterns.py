@@ -39,6 +39,9 @@ BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
 PREFIX_RE = re.compile(
     r"(?P<host>[^\s:\x00\ufffd]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
 )
+# The headers are searched in the last `MAX_HEADER_CHARS` of what precedes " NCCL ": searched whole, a
+# long run of junk glued before a record costs time quadratic in its length (each start retried).
+MAX_HEADER_CHARS = 1024
 # Some RCCL builds and redacted pastes drop pid:tid (`node [0] NCCL INFO`).
 PREFIX_NOPID_RE = re.compile(r"(?P<host>[^\s:\[\]\x00\ufffd]+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
 # A connection line is `<head> : <rest>`; both halves are parsed once per distinct text.

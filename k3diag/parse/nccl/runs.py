@@ -515,11 +515,11 @@ def _ranks_from_connection(ranks: dict[int, NcclRank], agg: ConnAgg, source: Sou
     pre = text[:k]
     parsed = prefix_cache.get(pre)
     if parsed is None:
-        found = P.PREFIX_RE.search(pre)
+        found = P.PREFIX_RE.search(pre[-P.MAX_HEADER_CHARS:])
         if found:
             parsed = (found.group("host"), int(found.group("pid")), int(found.group("dev")))
         else:
-            found = P.PREFIX_NOPID_RE.search(pre)
+            found = P.PREFIX_NOPID_RE.search(pre[-P.MAX_HEADER_CHARS:])
             parsed = (found.group("host"), None, int(found.group("dev"))) if found else (None, None, None)
         if len(prefix_cache) < 100_000:
             prefix_cache[pre] = parsed
