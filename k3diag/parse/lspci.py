@@ -240,7 +240,7 @@ class _Parser:
             device.port_type = action[2]
             sources = device.sources
             if len(sources) < MAX_SOURCES_PER_RECORD:
-                sources.append(_ref(self.input_name, line_no, action[1]))
+                sources.append(source_ref(self.input_name, line_no, action[1]))
         if action[3]:
             self.acs_listed = True
 
@@ -259,7 +259,7 @@ class _Parser:
                 device.driver = action[2]
                 sources = device.sources
                 if len(sources) < MAX_SOURCES_PER_RECORD:
-                    sources.append(_ref(self.input_name, line_no, action[1]))
+                    sources.append(source_ref(self.input_name, line_no, action[1]))
             self.current_complete = True
 
     def _on_numa(self, action: tuple, line_no: int) -> None:
@@ -268,10 +268,10 @@ class _Parser:
             device.numa_node = action[2]
             sources = device.sources
             if len(sources) < MAX_SOURCES_PER_RECORD:
-                sources.append(_ref(self.input_name, line_no, action[1]))
+                sources.append(source_ref(self.input_name, line_no, action[1]))
 
     def _on_denied(self, action: tuple, line_no: int) -> None:
-        ref = _ref(self.input_name, line_no, action[1])
+        ref = source_ref(self.input_name, line_no, action[1])
         device = self.current if self.current is not None else self._anonymous(ref)
         if not device.access_denied:
             device.access_denied = True
@@ -279,7 +279,7 @@ class _Parser:
             _add(device, ref)
 
     def _on_bus(self, action: tuple, line_no: int) -> None:
-        ref = _ref(self.input_name, line_no, action[1])
+        ref = source_ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("Bus", ref)
@@ -291,7 +291,7 @@ class _Parser:
                 sources.append(ref)
 
     def _on_lnkcap(self, action: tuple, line_no: int) -> None:
-        ref = _ref(self.input_name, line_no, action[1])
+        ref = source_ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCap", ref)
@@ -309,7 +309,7 @@ class _Parser:
             sources.append(ref)
 
     def _on_lnksta(self, action: tuple, line_no: int) -> None:
-        ref = _ref(self.input_name, line_no, action[1])
+        ref = source_ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkSta", ref)
@@ -336,7 +336,7 @@ class _Parser:
     def _on_lnkcap2(self, action: tuple, line_no: int) -> None:
         device = self.current
         if device is None or self.anonymous:
-            device = self._device_for("LnkCap2", _ref(self.input_name, line_no, action[1]))
+            device = self._device_for("LnkCap2", source_ref(self.input_name, line_no, action[1]))
         if action[2] is not None:
             link = device.link
             if link is None:
@@ -344,7 +344,7 @@ class _Parser:
             link.supported_max_speed_gts = action[2][0]
 
     def _on_lnkctl2(self, action: tuple, line_no: int) -> None:
-        ref = _ref(self.input_name, line_no, action[1])
+        ref = source_ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCtl2", ref)
@@ -358,7 +358,7 @@ class _Parser:
                 sources.append(ref)
 
     def _on_acs(self, action: tuple, line_no: int) -> None:
-        ref = _ref(self.input_name, line_no, action[1])
+        ref = source_ref(self.input_name, line_no, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for(action[2], ref)
@@ -591,10 +591,6 @@ def _content_end(text: str) -> int:
 
 # How much of a section is looked at to tell whether it was quoted in a reply.
 _QUOTE_SNIFF_CHARS = 100_000
-# 45,000 references in a 5,000-device `lspci -vv`: filled without the frozen dataclass's setattr
-_ref = source_ref
-
-
 def _add(device: PciDevice, ref: SourceRef) -> None:
     if len(device.sources) < MAX_SOURCES_PER_RECORD:
         device.sources.append(ref)
