@@ -16,8 +16,9 @@ from the page cache, in alternating order (grep, wc, k3diag, grep, ...; the mach
 of `--repeat` runs is reported): wall time of each, k3diag's ratio to grep and to wc, the peak RSS of the
 largest k3diag process (the CLI or a pool worker: `wait4`'s ru_maxrss) and the size of the JSON it wrote.
 `--interleave-mb` adds a log whose ranks are mixed a few lines at a time (the exact path's case).
-The `CPU/2 x grep` column is k3diag's CPU time (its pool workers included) halved, over grep's wall time: about
-the wall ratio on an otherwise idle 2-core machine, a bound that moves less with other load than wall time.
+The `CPU/n x grep` column is k3diag's CPU time (its pool workers included) over the n processes a big log is
+split into here (the cores available, at most `pool.MAX_WORKERS`), over grep's wall time: about
+the wall ratio on an otherwise idle machine, a bound that moves less with other load than wall time.
 """
 
 from __future__ import annotations
@@ -167,6 +168,13 @@ def _run(argv: list[str], out_path: Path | None, cwd: Path, env: dict) -> tuple[
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
+def _parallel() -> int:
+    """How many processes `k3diag.parse.nccl.pool` splits a big log into on this machine."""
+    from k3diag.parse.nccl.pool import MAX_WORKERS, available_cores
+
+    return min(available_cores(), MAX_WORKERS)
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     made: list[Path] = []
     print(f"cores available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'log':<28} {'grep -c':>8} {'wc -l':>7} {'k3diag':>8} {'x grep':>7} {'x wc':>6} {'peak RSS':>9} "
-          f"{'JSON':>8}  {'CPU/2 x grep':>12}  runs (in full)")
+          f"{'JSON':>8}  {'CPU/n x grep':>12}  runs (in full)")
     try:
         for size, interleave in cases:
             path = workdir / f"nccl-{size}mb-{'interleaved' if interleave else 'blocks'}.log"
@@ -236,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             label = f"{path.stat().st_size / 2**20:.0f} MiB {'interleaved' if interleave else 'rank blocks'}"
             print(f"{label:<28} {r['grep']:>7.2f}s {r['wc']:>6.2f}s {r['k3diag']:>7.2f}s {r['k3diag'] / r['grep']:>6.1f}x "
                   f"{r['k3diag'] / r['wc']:>5.1f}x {r['rss_mib']:>6.0f} MiB {r['json_bytes'] / 1e6:>6.2f}MB  "
-                  f"{r['cpu_k3diag'] / 2 / r['grep']:>11.1f}x  "
+                  f"{r['cpu_k3diag'] / _parallel() / r['grep']:>11.1f}x  "
                   f"{r['runs_total']} ({r['runs_detailed']}); k3diag runs: "
                   + ", ".join(f"{t:.2f}" for t in r["all_k3diag"]))
         return 0
