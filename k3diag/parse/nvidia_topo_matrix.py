@@ -30,7 +30,9 @@ _GLUED_RE = lazy(r"GPU\d+(?=GPU|NIC|mlx|CPU|NUMA)|(?:NIC\d+|mlx\d+_\d+)(?=GPU|NI
 _GLUE_POINT_RE = lazy(r"(?<=[0-9])(?=(?:GPU|NIC|mlx|CPU|NUMA))|(?<=Affinity)(?=\S)")
 
 
-_QUOTE_RE = lazy(r"^\s*(?:>\s?)+")
+# `> ` marks, nested or not; only a space after each is part of the mark: a tab there is a column
+# separator of the quoted output (a header line starts with one)
+_QUOTE_RE = lazy(r"^\s*(?:> ?)+")
 
 
 def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:

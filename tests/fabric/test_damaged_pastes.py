@@ -35,3 +35,14 @@ def test_p2p_quoted_in_an_email_reply() -> None:
 def test_a_lone_quote_prompt_is_not_a_reply() -> None:
     lines = ["> nvidia-smi topo --matrix", "\tGPU0\tGPU1", "GPU0\t X \tNV8", "GPU1\tNV8\t X "]
     assert unquote_reply(lines) == (lines, False)
+
+
+def test_a_quote_mark_glued_to_a_tab_keeps_the_tab() -> None:
+    # Some mailers quote with a bare `>`: the header line of `topo -m` starts with a tab, which is a
+    # column separator of the output, not part of the mark.
+    lines = ["someone wrote:", ">\tGPU0\tGPU1\tCPU Affinity", ">GPU0\t X \tNV8\t0-63", ">GPU1\tNV8\t X \t0-63",
+             "> > \tGPU0\tGPU1"]
+    unquoted, quoted = unquote_reply(lines)
+    assert quoted
+    assert unquoted == ["someone wrote:", "\tGPU0\tGPU1\tCPU Affinity", "GPU0\t X \tNV8\t0-63", "GPU1\tNV8\t X \t0-63",
+                        "\tGPU0\tGPU1"]
