@@ -150,9 +150,9 @@ def test_memory_does_not_grow_with_file_size(tmp_path, monkeypatch):
     """Bounded by design: complete communicators are built as they end and only K are kept in full,
     so a log four times larger needs about the same memory, and nothing is dropped uncounted.
     (Chunks of 1 MiB and K = 4 so that the small log already fills both.)"""
-    from k3diag.parse.nccl import patterns, pool
+    from k3diag.parse.nccl import chunks, patterns
 
-    monkeypatch.setattr(pool, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 1 << 20)
     monkeypatch.setattr(patterns, "DETAIL_RUNS", 4)
     bench = _bench_module()
     small, large = tmp_path / "small.log", tmp_path / "large.log"
@@ -213,3 +213,22 @@ def test_a_long_run_of_junk_before_a_record_is_read_in_linear_time(tmp_path):
                    nccl_log.parse_stream(path.read_text().split("\n"), "junk.log")):
         assert result.version == "2.18.5+cuda12.0"
         assert set(result.hosts_seen) == {"a", "host9"}
+
+
+def test_a_line_longer_than_a_chunk_is_read_alike_from_a_file_and_from_memory(tmp_path, monkeypatch):
+    """A run of bytes with no newline in a whole chunk (a binary dump in the log) keeps its head as
+    one line whether the log is a file (split across processes) or a bundle member held in memory,
+    and the lines after it keep their numbers."""
+    from k3diag.parse.nccl import chunks, parse_bytes
+
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 1 << 17)
+    data = (b"a:1:2 [0] NCCL INFO Using network IB\n" + b"\x7fELF" + b"y" * (3 << 17) + b"\n"
+            + b"host9:1:2 [0] NCCL INFO NCCL version 2.18.5+cuda12.0\n")
+    path = tmp_path / "dump.log"
+    path.write_bytes(data)
+    results = (nccl_log.parse_path(path, "dump.log", workers=1), parse_bytes(data, "dump.log"))
+    for result in results:
+        assert result.version == "2.18.5+cuda12.0"
+        assert result.lines_total == 3
+        assert result.hosts_seen["host9"].line == 3
+        assert result.hosts_seen["host9"].text == "host9:1:2 [0] NCCL INFO NCCL version 2.18.5+cuda12.0"

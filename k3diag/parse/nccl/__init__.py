@@ -78,18 +78,15 @@ def parse_path(path, input_name: str | None = None, workers: int | None = None) 
 
 def parse_bytes(data: bytes, input_name: str) -> NcclLogResult:
     """Parse a UTF-8 log held in memory (a bundle member) through the fast path, in one process."""
-    from k3diag.parse.nccl.fast import CHUNK_BYTES
+    from io import BytesIO
+
+    from k3diag.parse.nccl.chunks import whole_line_chunks
 
     parser = NcclLogParser(input_name)
     with collector_paused():
-        lineno, start, size = 1, 0, len(data)
-        while start < size:
-            end = data.rfind(b"\n", start, min(size, start + CHUNK_BYTES)) + 1
-            if end <= start:
-                end = data.find(b"\n", start + CHUNK_BYTES) + 1 or size
-            piece = data[start:end]
-            lineno = parser.feed_bytes(piece if piece.endswith(b"\n") else piece + b"\n", lineno)
-            start = end
+        lineno = 1
+        for chunk in whole_line_chunks(BytesIO(data).read, len(data)):
+            lineno = parser.feed_bytes(chunk, lineno)
         return parser.finish()
 
 

@@ -24,7 +24,6 @@ from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.lines import _BATCH_WORDS, _FEW, _UNKNOWN, _UNPARSED
 from k3diag.parse.nccl.state import ConnAgg, channel_code
 
-CHUNK_BYTES = 8 << 20
 MIN_BLOCK_LINES = 8  # shorter runs of one header are not worth the set-up: exact path
 SHORT_RUNS_BEFORE_SKIP = 32  # an interleaved stretch: stop looking for runs for a while
 SKIP_BYTES = 256 << 10

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from k3diag.gcpause import collector_paused
 from k3diag.parse.nccl import patterns as P
-from k3diag.parse.nccl.fast import CHUNK_BYTES
+from k3diag.parse.nccl import chunks
+from k3diag.parse.nccl.chunks import whole_line_chunks
 from k3diag.parse.nccl.parser import NcclLogParser
 from k3diag.parse.nccl.state import Instance, Thread, absorb_all
 
@@ -85,7 +86,7 @@ def _count_newlines(path: Path, end: int) -> int:
     with path.open("rb") as handle:
         left = end
         while left > 0:
-            data = handle.read(min(CHUNK_BYTES, left))
+            data = handle.read(min(chunks.CHUNK_BYTES, left))
             if not data:
                 break
             total += data.count(b"\n")
@@ -110,33 +111,8 @@ def _read_range(parser: NcclLogParser, path: Path, start: int, end: int, first_l
     try:
         with path.open("rb") as handle:
             handle.seek(start)
-            left = end - start
-            carry = b""
-            skipping = False  # inside a run of bytes without newline whose head was already read
-            while left > 0:
-                data = handle.read(min(CHUNK_BYTES, left))
-                if not data:
-                    break
-                left -= len(data)
-                if skipping:
-                    nl = data.find(b"\n")
-                    if nl < 0:
-                        continue
-                    data, skipping = data[nl + 1 :], False
-                buf = carry + data if carry else data
-                cut = buf.rfind(b"\n") + 1
-                if cut == 0:
-                    if len(buf) > P.MAX_LINE_CHARS:
-                        # binary junk or one giant line: keep its head, skip to the next newline
-                        lineno = parser.feed_bytes(buf[: P.MAX_LINE_CHARS] + b"\n", lineno)
-                        carry, skipping = b"", True
-                    else:
-                        carry = buf
-                    continue
-                lineno = parser.feed_bytes(buf[:cut], lineno)
-                carry = buf[cut:]
-            if carry and not skipping:
-                parser.feed_bytes(carry[: P.MAX_LINE_CHARS] + b"\n", lineno)
+            for chunk in whole_line_chunks(handle.read, end - start):
+                lineno = parser.feed_bytes(chunk, lineno)
     except OSError as exc:
         parser.read_error = f"reading {parser.input} failed part way: {exc}"
 
