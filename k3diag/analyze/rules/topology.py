@@ -74,6 +74,12 @@ def _pair_list(pairs: list[tuple[str, str, Link]], limit: int = 6) -> str:
     return shown + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
 
 
+def _same_numa_node(machine: Machine, a: str, b: str) -> bool:
+    first, second = machine.gpus.get(gpu_index(a)), machine.gpus.get(gpu_index(b))  # type: ignore[arg-type]
+    return (first is not None and second is not None and first.numa_node is not None
+            and first.numa_node == second.numa_node)
+
+
 def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     """One advisory finding per machine: crossing sockets is how a dual-socket box is built, not a fault.
     The TP advice keeps groups inside a socket; faults on those pairs (P2P refused where it should work,
@@ -82,15 +88,27 @@ def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
     if not pairs:
         return
     groups = _numa_groups(machine)
-    split = (f"This host's GPUs split as {groups}; keep each tensor-parallel group inside one of these."
-             if groups else
-             "Keep each tensor-parallel group on GPUs of one socket (same NUMA Affinity in `nvidia-smi topo -m`).")
+    # SYS between GPUs that report the same NUMA node (seen on real boxes: every pair SYS): staying inside a
+    # NUMA node does not avoid the crossing there, so the advice must not say it does.
+    same_node = [(x, y, link) for x, y, link in pairs if _same_numa_node(machine, x, y)]
+    if groups and same_node:
+        split = (f"This host's GPUs split as {groups}, but pairs {_pair_list(same_node)} are SYS although both GPUs "
+                 "report the same NUMA node, so keeping a group inside one NUMA node does not avoid the crossing "
+                 "here (the NUMA affinity is the driver's, and this output does not say why the path is SYS); "
+                 "measure such a pair (`nvidia-smi topo -p2p r`, p2pBandwidthLatencyTest) before putting it in a "
+                 "tensor-parallel group.")
+    elif groups:
+        split = f"This host's GPUs split as {groups}; keep each tensor-parallel group inside one of these."
+    else:
+        split = "Keep each tensor-parallel group on GPUs of one socket (same NUMA Affinity in `nvidia-smi topo -m`)."
     a, b, _ = pairs[0]
+    advice = (", even between GPUs of one NUMA node" if groups and same_node else
+              ": TP groups should stay within a socket")
     yield Finding(
         id="gpu-pair-sys",
         severity="info",
         subjects=[],
-        title=f"{len(pairs)} GPU pair(s) cross the CPU interconnect (SYS): TP groups should stay within a socket",
+        title=f"{len(pairs)} GPU pair(s) cross the CPU interconnect (SYS){advice}",
         explanation=(
             f"The GPUs sit on more than one CPU socket: pairs {_pair_list(pairs)} have no path but the SMP link "
             "(QPI/UPI/Infinity Fabric). That is how this machine is built, not a fault. PCIe peer-to-peer across "
@@ -99,7 +117,9 @@ def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
         ),
         evidence=_evidence_for_pairs(machine, pairs, CROSS_SOCKET_PATHS),
         remedy=(
-            "Place tensor-parallel groups within one socket and use pipeline or data parallelism across sockets "
+            ("GPUs of one NUMA node are SYS apart here too: prefer replicas (data parallelism) or pipeline "
+             "parallelism unless a measurement shows such a pair is fast. " if groups and same_node else "")
+            + "Place tensor-parallel groups within one socket and use pipeline or data parallelism across sockets "
             "(vLLM: --tensor-parallel-size within a socket, --pipeline-parallel-size across); bind each rank to "
             "its GPU's NUMA node."
         ),
@@ -256,6 +276,11 @@ def _p2p_refused_by_design(pairs: list[tuple[str, str, list[str], list[SourceRef
     geforce = "GNS" in codes
     why = ("the driver refuses P2P on this GPU model (GeForce and most consumer cards on stock drivers)" if geforce
            else "these pairs cross CPU sockets, where the platform does not carry peer-to-peer traffic")
+    # The fault remedies (_P2P_MEANING: change ACS, IOMMU, the BIOS) would contradict "not a fault" here.
+    remedy = (_P2P_MEANING["GNS"][1] if geforce else
+              "Nothing to fix on the machine: keep each tensor-parallel group within one socket and use pipeline or "
+              "data parallelism across sockets. A few platforms do carry P2P across sockets; only if this one "
+              "should, check ACS on the root ports (`lspci -vv`: ReqRedir+/CmpltRedir+) and the IOMMU mode.")
     return Finding(
         id="p2p-not-supported",
         severity="info",
@@ -268,7 +293,7 @@ def _p2p_refused_by_design(pairs: list[tuple[str, str, list[str], list[SourceRef
             + ("; vLLM/SGLang need --disable-custom-all-reduce." if geforce else "; keep TP groups within a socket.")
         ),
         evidence=[ref for _, _, _, refs, _ in pairs for ref in refs][:4],
-        remedy=_P2P_MEANING["GNS" if geforce else codes[0]][1],
+        remedy=remedy,
         confirm_with="nvidia-smi topo -p2p r; nvidia-smi topo -p2p w",
         causes=sorted({cause for _, _, _, _, causes in pairs for cause in causes}),
         data={"codes": codes, "pairs": [[a, b] for a, b, _, _, _ in pairs]},
