@@ -318,8 +318,8 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
     gpus = len(machine.gpus)
     if not machine.analyzable:
         return Verdict("unknown", "Nothing could be analyzed: no input held a format k3diag reads (see Inputs).",
-                       None, status, None, [{"what": "any readable tool output",
-                                             "command": "k3diag collect -o bundle.tar.gz (on the host)"}])
+                       None, status, None, [{"what": "any readable tool output (collected on the host)",
+                                             "command": "k3diag collect -o bundle.tar.gz"}])
     if gpus == 0 and recommendation is None:
         no_gpu = next((f for f in findings if f.id == "no-gpu-found"), None)
         if no_gpu is not None:

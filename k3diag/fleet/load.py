@@ -123,6 +123,19 @@ def _node(report: dict, path: str) -> str:
     return node_name(report, _fallback_name(path))
 
 
+def _what_json(value: object) -> str:
+    """What a JSON document that is not a report is, in words (never a Python `None`)."""
+    if isinstance(value, dict):
+        schema = value.get("schema")
+        return "an object without a \"schema\" field" if schema is None else f"schema {json.dumps(schema)}"
+    if isinstance(value, list):
+        return "a JSON array"
+    if value is None:
+        return "JSON null"
+    return "a JSON " + ("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+                        else "string")
+
+
 def shape_of_report(path: str) -> dict | list[dict]:
     item = FleetInput(path, "report")
     try:
@@ -132,13 +145,18 @@ def shape_of_report(path: str) -> dict | list[dict]:
         return _problem_shape(item, f"{path} could not be read ({exc.strerror or exc})")
     if len(data) > MAX_REPORT_BYTES:
         return _problem_shape(item, f"{path} is over {MAX_REPORT_BYTES // (1024 * 1024)} MiB: not a k3diag report")
+    if not data.strip():
+        return _problem_shape(item, f"{path} is empty; give bundles or `k3diag check --format json` output")
     try:
         report = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError:
+        return _problem_shape(item, f"{path} is not UTF-8 text, so not JSON; give bundles or `k3diag check --format "
+                                    "json` output")
+    except json.JSONDecodeError as exc:
         return _problem_shape(item, f"{path} is not JSON ({exc}); give bundles or `k3diag check --format json` output")
     if not isinstance(report, dict) or report.get("schema") != "k3diag.report/1":
-        schema = report.get("schema") if isinstance(report, dict) else None
-        return _problem_shape(item, f"{path} is not a k3diag report (schema {schema!r}, expected 'k3diag.report/1')")
+        return _problem_shape(item, f"{path} is not a k3diag report ({_what_json(report)}, expected schema "
+                                    "'k3diag.report/1'); give bundles or `k3diag check --format json` output")
     machines = report.get("machines")
     if isinstance(machines, list) and machines:
         # `analyze --json` over inputs from several machines: one full report per machine in machines[].

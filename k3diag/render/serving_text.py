@@ -13,6 +13,7 @@ from k3diag.analyze.serving.report import ServingReport
 from k3diag.model.serving import ServingRun
 
 NOT_RECORDED = "n/r"
+_METRIC_HEAD = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}  # as the latency table heads them
 STATE_MARK = {"good": "ok", "bad": "BAD", "unknown": "unknown"}
 
 
@@ -117,10 +118,12 @@ def missing_legend(report: ServingReport) -> str | None:
     missing = set()
     for run in report.runs:
         for metric in ("ttft", "tpot", "itl", "e2el"):
-            latency = run.latency(metric)
-            if latency.empty():
+            if _lat(run, metric) == NOT_RECORDED:
+                # a whole column of n/r (vLLM leaves out E2E by default) needs the legend as much as one cell
+                missing.add(_METRIC_HEAD[metric])
                 continue
-            missing.update(f"{stat.upper()} {metric.upper()}" for stat in latency.missing_percentiles())
+            latency = run.latency(metric)
+            missing.update(f"{stat.upper()} {_METRIC_HEAD[metric]}" for stat in latency.missing_percentiles())
     if not missing:
         return None
     return (f"{NOT_RECORDED} = not recorded by the tool (e.g. {', '.join(sorted(missing)[:3])}); vLLM records only "

@@ -277,7 +277,9 @@ def _inputs(machine: "Machine", out: Out) -> None:
              "bold")
     for record in (unknown + warned)[:4]:
         first = record.warnings[0] if record.warnings else "no format k3diag reads was found in it"
-        out.line(f"{record.path}: {first}", "yellow" if record in unknown else None, indent=2, wrap=True, hang=4)
+        # Most warnings name their input already (they stand alone in JSON): the path is not said twice.
+        line = first if first.startswith((f"{record.path}: ", f"{record.path} ")) else f"{record.path}: {first}"
+        out.line(line, "yellow" if record in unknown else None, indent=2, wrap=True, hang=4)
     if len(unknown) + len(warned) > 4:
         out.line(f"... {len(unknown) + len(warned) - 4} more in --details", "dim", indent=2)
 

@@ -96,3 +96,12 @@ def test_two_signs_on_one_line_quote_it_once() -> None:
     add_virtual_sign(machine, "vm", "the CPU model is a virtual one", line)
     findings = [f for rule in RULES for f in rule.check(machine, [])]
     assert findings and [ref.text for ref in findings[0].evidence] == ["flags : fpu vme hypervisor"]
+
+
+def test_a_vm_with_no_gpu_is_not_said_to_show_its_gpus_through_the_hypervisor() -> None:
+    # `k3diag topo` in a cloud VM without a GPU: no-gpu-found, and the VM finding must not talk of "the GPUs".
+    found = _findings([collect_host(KVM)])
+    finding = found["topology-virtualized"]
+    assert finding.title == ("This host is a virtual machine: a GPU passed through to it shows the hypervisor's "
+                             "topology, not the board's")
+    assert not finding.title.startswith("The GPUs")

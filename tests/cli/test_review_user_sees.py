@@ -55,3 +55,54 @@ def test_sys_only_across_sockets_keeps_the_numa_advice() -> None:
     assert sys_pairs["title"] == "16 GPU pair(s) cross the CPU interconnect (SYS): TP groups should stay within a socket"
     assert sys_pairs["explanation"].endswith(
         "NUMA node 0: GPU 0, 1, 2, 3; NUMA node 1: GPU 4, 5, 6, 7; keep each tensor-parallel group inside one of these.")
+
+
+def test_a_latency_column_the_tool_never_recorded_is_explained() -> None:
+    # vLLM's default `--percentile-metrics` leaves out e2el: the whole E2E column prints n/r, and the user must be
+    # told what n/r means (the legend used to appear only when a single percentile was missing).
+    seed = FIXTURES / "serving" / "seed-4x4090"
+    result = runner.invoke(app, ["serving", str(seed / "results"), "--from", str(seed / "bundle"),
+                                 "--slo-tpot-ms", "40"])
+    lines = result.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("TP2 GPUs 0,1") and "92.0/101.0/118.0" in line)
+    assert row.rstrip().endswith("n/r")
+    assert "n/r = not recorded by the tool (e.g. E2E); vLLM records only P99 unless run with --metric-percentiles " \
+           "50,95,99, and E2E only with --percentile-metrics ttft,tpot,itl,e2el" in lines
+
+
+def test_unreadable_inputs_say_their_path_once_and_the_command_is_runnable(tmp_path: Path) -> None:
+    binary = tmp_path / "capture.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    result = runner.invoke(app, ["analyze", str(binary), str(empty)])
+    assert result.exit_code == 3
+    lines = result.stdout.splitlines()
+    assert f"  {binary} looks like binary data, not the text output of a tool; give the saved text output instead" \
+        in lines
+    assert f"  {empty}: the file is empty" in lines
+    # the backquoted part is what to type: no prose inside it
+    assert "  - any readable tool output (collected on the host): `k3diag collect -o bundle.tar.gz`" in lines
+    _, report = _json("analyze", str(empty))
+    assert report["verdict"]["missing"] == [{"what": "any readable tool output (collected on the host)",
+                                             "command": "k3diag collect -o bundle.tar.gz"}]
+
+
+def test_fleet_names_what_a_wrong_json_file_is_without_python_words(tmp_path: Path) -> None:
+    (tmp_path / "array.json").write_text("[]\n")
+    (tmp_path / "object.json").write_text('{"nodes": 3}\n')
+    (tmp_path / "fleet.json").write_text('{"schema": "k3diag.fleet/1"}\n')
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "binary.json").write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xc3\xff\xfe" * 40)
+    result = runner.invoke(app, ["fleet", str(tmp_path)])
+    assert result.exit_code == 3
+    out = result.stdout
+    assert "None" not in out
+    tail = "; give bundles or `k3diag check --format json` output"
+    assert f"{tmp_path / 'array.json'} is not a k3diag report (a JSON array, expected schema 'k3diag.report/1')" \
+        + tail in out
+    assert f"{tmp_path / 'object.json'} is not a k3diag report (an object without a \"schema\" field, expected " \
+           "schema 'k3diag.report/1')" + tail in out
+    assert f"{tmp_path / 'fleet.json'} is not a k3diag report (schema \"k3diag.fleet/1\"" in out
+    assert f"{tmp_path / 'empty.json'} is empty" + tail in out
+    assert f"{tmp_path / 'binary.json'} is not UTF-8 text, so not JSON" + tail in out

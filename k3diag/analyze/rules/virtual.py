@@ -57,7 +57,11 @@ def check_topology_virtualized(machine: Machine, earlier: list[Finding]) -> Iter
     vm = [sign for sign in signs if sign.kind == VM]
     what = "; ".join(sign.what for sign in (vm or signs)[:4])
     if vm:
-        title = "The GPUs are seen through a virtual machine: the topology shown is the hypervisor's, not the board's"
+        # With no GPU read, "the GPUs are seen through a VM" would contradict the no-gpu-found beside it.
+        title = ("The GPUs are seen through a virtual machine: the topology shown is the hypervisor's, not the board's"
+                 if machine.gpus else
+                 "This host is a virtual machine: a GPU passed through to it shows the hypervisor's topology, not "
+                 "the board's")
         cost = ("Which CPU socket, NUMA node and PCIe switch each GPU really sits on is not known from inside the guest: "
                 "path classes (PHB, SYS, PIX) and NUMA affinity describe the virtual layout, so TP groups chosen from "
                 "them may cross sockets on the host. Peer-to-peer is often refused or routed through the host "
