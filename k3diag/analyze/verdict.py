@@ -26,7 +26,7 @@ _FAIR_PATHS = {"PHB", "NODE", "PCIE"}
 _SLOW_PATHS = {"SYS", "SOC"}
 
 TOPO_COMMAND = "nvidia-smi topo -m"
-AMD_TOPO_COMMAND = "amd-smi topology (or rocm-smi --showtopo)"
+AMD_TOPO_COMMAND = "amd-smi topology || rocm-smi --showtopo"  # one runnable line: older ROCm has only rocm-smi
 
 
 @dataclass
@@ -301,8 +301,10 @@ def _worst_pair_path(rec: Any, size: int) -> str | None:
 def _no_inventory(machine: Machine, findings: list[Finding], lead: Finding | None) -> tuple[str, str, list[dict]]:
     seen = [name for name, present in (("NCCL logs", machine.nccl), ("benchmarks", machine.benchmarks),
                                        ("PCIe devices", machine.pci)) if present]
-    missing = [{"what": "a GPU inventory (which GPUs, their links and PCIe state)",
-                "command": "nvidia-smi topo -m; nvidia-smi -q (or `k3diag collect` on the host)"}]
+    # `command` is quoted whole in the report (`...`): only what to type, the alternative goes in `what`
+    missing = [{"what": "a GPU inventory (which GPUs, their links and PCIe state; `k3diag collect` on the host "
+                        "gathers it all)",
+                "command": "nvidia-smi topo -m; nvidia-smi -q"}]
     lead_text = f"{lead.title}. " if lead is not None else ""
     judged = f"judged from the {', '.join(seen)} alone" if seen else "nothing else was judged"
     return (UNKNOWN, f"{lead_text}These inputs hold no GPU inventory, so no TP size can be judged ({judged}; "

@@ -33,6 +33,7 @@ _DEVICE_RE = re.compile(r"^\s*(?P<kind>GPU|CPU)\s*:?\s*(?P<index>\d+)\s*:?\s*$")
 _KV_RE = re.compile(r"^\s*(?P<key>[A-Z][A-Z0-9_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
 _GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 _GEN_RE = re.compile(r"Gen\s*(\d)", re.I)
+_JSON_START_RE = re.compile(r"\s*(?:\[\s*[{\]]|\{\s*[\"}])")
 
 
 def sniff(text: str) -> float:
@@ -64,8 +65,8 @@ def _int(text) -> int | None:
 
 def parse(section: Section, input_name: str) -> AmdTopology:
     text = normalize(section.text)
-    stripped = text.lstrip()
-    if stripped.startswith(("[", "{")) or re.search(r'"bus"\s*:\s*\{', text[:4000]):
+    # `[root@host ~]# amd-smi static` above the text output starts with "[" too: JSON is "[" then "{" or "]".
+    if _JSON_START_RE.match(text) or re.search(r'"bus"\s*:\s*\{', text[:4000]):
         return _parse_json(text, section.first_line, input_name)
     result = AmdTopology(tool=FORMAT)
     lines = text.split("\n")

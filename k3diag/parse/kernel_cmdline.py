@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
-from k3diag.parse.text import Section, normalize
+from k3diag.parse.text import Section, is_shell_prompt, normalize, prompt_command
 
 FORMAT = "kernel-cmdline"
 IOMMU_KEYS = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict", "pcie_acs_override")
@@ -33,8 +33,14 @@ class KernelCmdline:
     warnings: list[str] = field(default_factory=list)
 
 
+def _output_lines(text: str) -> list[str]:
+    """The non-blank lines, without the shell prompts a paste holds (`$ cat /proc/cmdline` above the line)."""
+    return [line for line in text.split("\n")
+            if line.strip() and prompt_command(line) is None and not is_shell_prompt(line)]
+
+
 def sniff(text: str) -> float:
-    lines = [line for line in normalize(text).split("\n") if line.strip()]
+    lines = _output_lines(normalize(text))
     if not lines or len(lines) > 3:
         return 0.0
     first = lines[0].strip()
@@ -52,7 +58,7 @@ def sniff(text: str) -> float:
 
 def parse(section: Section, input_name: str) -> KernelCmdline:
     text = normalize(section.text)
-    lines = [line for line in text.split("\n") if line.strip()]
+    lines = _output_lines(text)
     result = KernelCmdline()
     if not lines:
         result.warnings.append(f"{input_name}: the kernel command line is empty")

@@ -106,3 +106,40 @@ def test_fleet_names_what_a_wrong_json_file_is_without_python_words(tmp_path: Pa
     assert f"{tmp_path / 'fleet.json'} is not a k3diag report (schema \"k3diag.fleet/1\"" in out
     assert f"{tmp_path / 'empty.json'} is empty" + tail in out
     assert f"{tmp_path / 'binary.json'} is not UTF-8 text, so not JSON" + tail in out
+
+
+def _pasted(tmp_path: Path, name: str, prompt: str, fixture: Path, drop_first_line: bool = False) -> Path:
+    lines = fixture.read_text(encoding="utf-8").splitlines(keepends=True)
+    path = tmp_path / name
+    path.write_text(prompt + "\n" + "".join(lines[1:] if drop_first_line else lines), encoding="utf-8")
+    return path
+
+
+def test_amd_smi_static_after_a_root_prompt_keeps_its_gpus(tmp_path: Path) -> None:
+    # `[root@host ~]# amd-smi static` begins with "[", which was taken for the start of amd-smi's JSON: 0 GPUs.
+    fixture = FIXTURES / "fabric" / "amd-smi-static-mi300a-4apu-readme.txt"
+    path = _pasted(tmp_path, "static.txt", "[root@mi300a-01 ~]# amd-smi static", fixture, drop_first_line=True)
+    _, report = _json("analyze", str(path))
+    assert report["inputs"][0]["format"] == "amd-smi-static-bus" and report["inputs"][0]["warnings"] == []
+    assert [gpu["name"] for gpu in report["topology"]["gpus"]] == ["MI300A"] * 4
+
+
+def test_proc_cmdline_pasted_with_its_prompt_is_read(tmp_path: Path) -> None:
+    fixture = FIXTURES / "pcie" / "cmdline-intel-iommu-pt-rocm-361.txt"
+    for number, prompt in enumerate(("user@gpu01:~$ cat /proc/cmdline", "[root@gpu01 ~]# cat /proc/cmdline",
+                                     "$ cat /proc/cmdline", "# cat /proc/cmdline")):
+        path = _pasted(tmp_path, f"cmdline-{number}.txt", prompt, fixture)
+        _, report = _json("analyze", str(path))
+        assert report["inputs"][0]["format"] == "kernel-cmdline", prompt
+        assert report["host"]["iommu_mode"] == "passthrough", prompt
+        assert report["host"]["kernel_cmdline"].startswith("BOOT_IMAGE=/boot/vmlinuz-4.16.15-amd "), prompt
+
+
+def test_a_missing_command_is_only_what_to_type() -> None:
+    # The report quotes `command` whole: prose or nested backquotes inside it break the quote.
+    _, report = _json("analyze", str(FIXTURES / "serving" / "llmperf-yi34b-vllm-4xa10g-c1_summary.json"))
+    assert report["verdict"]["missing"][0]["command"] == "nvidia-smi topo -m; nvidia-smi -q"
+    _, report = _json("analyze", str(FIXTURES / "fabric" / "amd-smi-static-mi300a-4apu-readme.txt"))
+    assert report["verdict"]["missing"][0]["command"] == "amd-smi topology || rocm-smi --showtopo"
+    for text in (report["verdict"]["text"],):
+        assert "`amd-smi topology || rocm-smi --showtopo` shows them" in text
