@@ -20,14 +20,18 @@ P2P_REQUEST = (
 # `atomics` is often NS on healthy PCIe boxes and decides nothing for inference.
 _PCIE_CAPS = ("read", "write", "pcie", "unknown")
 _OK = ("OK", "X")
+_DESIGN_CODES = ("CNS", "TNS")
+_CROSS_SOCKET = ("SYS", "SOC")
 
 
-def _p2p_status_problems(machine: Any) -> tuple[list[str], list[Any], int]:
-    """One line per status code that is not OK, naming the pairs and capabilities it covers."""
+def _p2p_status_problems(machine: Any) -> tuple[list[str], list[Any], int, list[str], int]:
+    """One line per status code that is not OK, naming the pairs and capabilities it covers; and, apart, the
+    refusals the platform gives by design (CNS/TNS on a pair that crosses sockets), which are no fault."""
     links = facts.gpu_links(machine)
     by_code: dict[str, dict[tuple[str, str], set[str]]] = {}
+    across: dict[str, dict[tuple[str, str], set[str]]] = {}
     refs: list[Any] = []
-    checked = 0
+    checked = supported = 0
     for status in attr(machine, "p2p", []) or []:
         src, dst, cap, code = attr(status, "src"), attr(status, "dst"), attr(status, "capability"), attr(status, "status")
         if gpu_index(str(src)) is None or gpu_index(str(dst)) is None or src == dst:
@@ -39,19 +43,27 @@ def _p2p_status_problems(machine: Any) -> tuple[list[str], list[Any], int]:
             continue
         checked += 1
         if code in _OK or code == "U":
+            supported += code in _OK
             continue
-        caps = by_code.setdefault(str(code), {}).setdefault(pair, set())  # type: ignore[arg-type]
+        # Most platforms carry no P2P across CPU sockets: analyze calls it a design property, so does the audit.
+        design = code in _DESIGN_CODES and pair_link is not None and pair_link.path in _CROSS_SOCKET
+        caps = (across if design else by_code).setdefault(str(code), {}).setdefault(pair, set())  # type: ignore[arg-type]
         if not caps:
             refs.append(attr(status, "source"))
         caps.add(str(cap))
-    problems: list[str] = []
-    for code, pairs in sorted(by_code.items()):
-        meaning = P2P_STATUS_MEANING.get(code, "not OK")
-        names = [f"{a}-{b}" for a, b in sorted(pairs, key=lambda p: (gpu_index(p[0]) or 0, gpu_index(p[1]) or 0))]
-        caps = sorted(set().union(*pairs.values()))
-        problems.append(f"{code} ({meaning}) for {len(names)} GPU pair(s) ({'/'.join(caps)}): "
-                        + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
-    return problems, refs[:4], checked
+    problems = [_code_line(code, pairs) for code, pairs in sorted(by_code.items())]
+    by_design = [_code_line(code, pairs) + " (pairs across CPU sockets, SYS: refused there by design on most "
+                 "platforms, not a fault; keep tensor-parallel groups within a socket)"
+                 for code, pairs in sorted(across.items())]
+    return problems, refs[:4], checked, by_design, supported
+
+
+def _code_line(code: str, pairs: dict[tuple[str, str], set[str]]) -> str:
+    meaning = P2P_STATUS_MEANING.get(code, "not OK")
+    names = [f"{a}-{b}" for a, b in sorted(pairs, key=lambda p: (gpu_index(p[0]) or 0, gpu_index(p[1]) or 0))]
+    caps = sorted(set().union(*pairs.values()))
+    return (f"{code} ({meaning}) for {len(names)} GPU pair(s) ({'/'.join(caps)}): "
+            + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
 
 
 def _matrix(matrices: dict, *words: str, without: tuple[str, ...] = ()) -> list[list[Any]] | None:
@@ -158,13 +170,14 @@ def answer_p2p(ctx: AuditContext) -> Answer:
         answer.verdict = PASS
         answer.summary = "Only one GPU: peer-to-peer does not apply."
         return answer
-    status_problems, status_refs, checked = _p2p_status_problems(machine)
+    status_problems, status_refs, checked, by_design, supported = _p2p_status_problems(machine)
     test_problems, test_good, test_refs, has_test = _p2p_test_problems(machine)
     nccl_problems, nccl_good, nccl_refs, has_nccl = _nccl_problems(machine)
     problems = status_problems + test_problems + nccl_problems
     answer.details.extend(problems)
+    answer.details.extend(by_design)
     answer.details.extend(test_good + nccl_good)
-    if checked and not status_problems:
+    if checked and not status_problems and not by_design:
         answer.details.append(f"nvidia-smi topo -p2p: OK for all {checked} GPU pair readings")
     all_nv = bool(facts.gpu_links(machine)) and all(link.nvlinks for link in facts.gpu_links(machine).values())
     # one line from each kind of proof first, so a short listing still shows all three
@@ -172,8 +185,11 @@ def answer_p2p(ctx: AuditContext) -> Answer:
                                         + nccl_refs + [attr(s, "source") for s in (attr(machine, "p2p", []) or [])[:2]],
                                         limit=10)
     answer.data = {"topo_p2p_readings": checked, "p2p_test": has_test, "nccl_connections": has_nccl,
-                   "problems": problems}
+                   "problems": problems, "by_design": by_design}
     measured_ok = bool(test_good or nccl_good)
+    design_codes = ", ".join(line.split()[0] for line in by_design)
+    across = (f" Across CPU sockets the driver refuses it ({design_codes}): by design on most platforms, not a "
+              "fault." if by_design else "")
     if problems:
         answer.verdict = FAIL
         answer.summary = "P2P does not work for every GPU pair: " + problems[0] + (
@@ -184,11 +200,16 @@ def answer_p2p(ctx: AuditContext) -> Answer:
         answer.verdict = PASS
         basis = " and ".join(x for x in ("measured by p2pBandwidthLatencyTest" if test_good else "",
                                           "used by NCCL" if nccl_good else "") if x)
-        answer.summary = f"P2P works: {basis}" + (", and the driver reports it OK" if checked else "") + "."
-    elif checked:
+        answer.summary = f"P2P works: {basis}" + (", and the driver reports it OK" if supported else "") + "." + across
+    elif supported:
         answer.verdict = WARN
         answer.summary = ("The driver reports P2P as supported (topo -p2p OK), but nothing in the bundle measures "
-                          "it; `topo -p2p` OK does not prove transfers work.")
+                          "it; `topo -p2p` OK does not prove transfers work." + across)
+        answer.request = P2P_REQUEST
+    elif by_design:
+        answer.verdict = WARN
+        answer.summary = (f"No GPU pair has P2P: every pair the driver reports on crosses CPU sockets, where it "
+                          f"refuses P2P ({design_codes}) by design, so the GPUs exchange data through host memory.")
         answer.request = P2P_REQUEST
     else:
         answer.verdict = UNKNOWN

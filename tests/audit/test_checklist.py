@@ -123,6 +123,24 @@ def test_topo_p2p_ok_alone_is_not_proof(kit) -> None:
     assert "p2pBandwidthLatencyTest" in answers["p2p"].request
 
 
+def test_cns_only_across_sockets_is_a_design_note_not_a_failure(kit) -> None:
+    # Two GPUs on two sockets: the only pair is SYS and the driver refuses P2P there (CNS), as most platforms do.
+    machine = kit.build_machine(count=2, path_of=lambda i, j: "SYS")
+    kit.add_p2p(machine, lambda i, j: "CNS")
+    _, answers = _audit(machine)
+    p2p = answers["p2p"]
+    assert p2p.verdict == WARN
+    assert p2p.summary == ("No GPU pair has P2P: every pair the driver reports on crosses CPU sockets, where it "
+                           "refuses P2P (CNS) by design, so the GPUs exchange data through host memory.")
+    assert p2p.data["problems"] == [] and len(p2p.data["by_design"]) == 1
+    # the same refusal on a pair inside one socket is a fault
+    machine = kit.build_machine(count=2, path_of=lambda i, j: "PHB")
+    kit.add_p2p(machine, lambda i, j: "CNS")
+    _, answers = _audit(machine)
+    assert answers["p2p"].verdict == FAIL
+    assert answers["p2p"].summary.startswith("P2P does not work for every GPU pair: CNS (chipset not supported")
+
+
 def test_gns_on_consumer_cards_fails_p2p(kit) -> None:
     machine = kit.build_machine(count=2, name="NVIDIA GeForce RTX 5090", path_of=lambda i, j: "PHB")
     kit.add_p2p(machine, lambda i, j: "GNS")
