@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from k3diag.gcpause import collector_paused
 from k3diag.model.pci import Acs, PciDevice, PciLink
-from k3diag.model.source import MAX_SOURCES_PER_RECORD, SourceRef, source_ref
+from k3diag.model.source import MAX_SOURCES_PER_RECORD, LineCounter, SourceRef, counted_ref
 from k3diag.parse.lspci_header import CLASS_CODES, class_code_for, header, leading_header, vendor_for
 from k3diag.parse.lspci_lines import (
     ACS,
@@ -91,19 +91,26 @@ class _Parser:
         self.anonymous = False
         # The raw line after the one being read (wrapped ACS flags), as each driver finds it.
         self._lines: list[str] | None = None
+        self._blank_after = False  # `run_lines`: blank lines follow the last line that is not blank
         self._index = 0
         self._text = ""
         self._end = 0
-        self._line_end = 0
-        self._pos = 0  # where the line being read starts (its `\n`): a block closing there ends there
+        # Where the line being read starts (the `\n` before it; -1 for the first line of the text): a block
+        # closing there ends there, and the line after it is found from there.
+        self._pos = -1
+        self._line_end = 0  # where the line being read ends, when it opens a block
         self._open_end = 0  # where the header line of the current block ends
+        # The bulk path's line numbers, counted only for the lines someone asks about (`counted_ref`).
+        self._counter = LineCounter("", 1)
 
     # -- drivers ------------------------------------------------------------------
     def run_lines(self) -> LspciResult:
         lines = self._text_of_section().split("\n")
+        read = len(lines)
         while lines and not lines[-1].strip():
             lines.pop()  # a trailing newline is the end of the file, not the end of a block
         self._lines = lines
+        self._blank_after = len(lines) < read
         for index, raw in enumerate(lines):
             self._index = index
             self._exact(raw, self.section.first_line + index)
@@ -131,50 +138,51 @@ class _Parser:
     def run(self) -> LspciResult:
         """One `finditer` over the text visits only the lines `EVENT_RE` selects; the lines in
         between are ones `_line` would pass over. Each distinct line is classified once
-        (`lspci_lines.classify`) and its effect applied by its `_on_*` step, the steps `_line` takes."""
+        (`lspci_lines.classify`) and its effect applied by its `_on_*` step, the steps `_line` takes.
+        A line is known by where it starts in the text; its number is counted only when asked for
+        (a warning, a reference's `line`: `LineCounter`), not for each of the ~65,000 lines visited."""
         text = self._text_of_section()
         end = _content_end(text)
         self._text, self._end = text, end
         first_line = self.section.first_line
+        counter = self._counter = LineCounter(text, first_line)
+        line_at = counter.line_at
         if end == 0:
             return self._finish()
         newline = text.find("\n", 0, end)
         line_end = end if newline < 0 else newline
         self._line_end = line_end
         self._exact(text[:line_end], first_line)  # the first line has no `\n` before it
-        index, counted, previous_end = 0, 0, line_end
+        previous_end = line_end
         actions: dict[str, tuple] = {}  # keyed by the line with the `\n` before it, as the match gives it
         warnings = self.result.warnings
-        count = text.count
         handlers = self._handlers()
         for match in EVENT_RE.finditer(text, line_end, end):
             start, line_end = match.span()  # a match runs to the end of its line
             if start - previous_end > MAX_LINE_CHARS:
-                self._long_lines(previous_end, start, index + 1 + first_line)
-            index += count("\n", counted, start) + 1
-            counted = start + 1
+                self._long_lines(previous_end, start, line_at(previous_end + 1))
             previous_end = line_end
             line = match.group()
             action = actions.get(line)
             if action is None:
                 raw = line[1:]
                 if len(raw) > MAX_LINE_CHARS:
-                    warnings.append(f"line {first_line + index}: longer than {MAX_LINE_CHARS} characters, skipped")
+                    warnings.append(f"line {line_at(start + 1)}: longer than {MAX_LINE_CHARS} characters, skipped")
                     continue
-                self._pos, self._line_end = start, line_end
                 if raw and not raw[0].isspace() and not raw.startswith(KEY_PREFIXES):
-                    found = leading_header(raw.rstrip())
+                    header_line = raw.rstrip()
+                    found = leading_header(header_line)
                     if found:
+                        self._pos, self._line_end = start, line_end
                         self._close(complete=True)
-                        self._open(found[0], found[1], raw.rstrip(), first_line + index)
+                        self._open(found[0], found[1], counted_ref(self.input_name, counter, start + 1, header_line))
                         continue  # headers are all different: not worth remembering
                 action = actions[line] = classify(raw)
             code = action[0]
             if code:  # not SKIP
-                self._pos, self._line_end = start, line_end
-                handlers[code](action, first_line + index)
+                handlers[code](action, start)
         if end - previous_end > MAX_LINE_CHARS:
-            self._long_lines(previous_end, end, index + 1 + first_line)
+            self._long_lines(previous_end, end, line_at(previous_end + 1))
         self._pos = end
         return self._finish()
 
@@ -197,6 +205,7 @@ class _Parser:
                     f"line {first_no + offset}: longer than {MAX_LINE_CHARS} characters, skipped")
 
     def _finish(self) -> LspciResult:
+        self._warn_if_cut()
         self._close(complete=self.current_complete)
         if self.result.denied:
             self.result.warnings.append(
@@ -204,14 +213,42 @@ class _Parser:
                 "link speed, width and ACS settings are unknown; `sudo lspci -vv` would show them")
         return self.result
 
+    def _warn_if_cut(self) -> None:
+        """A warning when the output ends inside a device's capability list: the block has a
+        `Capabilities:` line and neither a `Kernel driver in use:` or `Kernel modules:` line nor the
+        blank line lspci prints after every device follows (a paste or `| head` cut mid-device; an
+        excerpt of a few key lines is not one). A section holds no final newline, so a newline after
+        the last line is a blank line. What was read is kept; the block's capabilities stay unknown
+        (`_close` with `complete=False`, as before)."""
+        device = self.current
+        if device is None or self.anonymous or self.current_complete or device.source is None:
+            return
+        if not (self.saw_caps or self._unvisited_caps()):
+            return
+        if self._lines is not None:
+            if self._blank_after:
+                return
+            last_no, last = self.section.first_line + len(self._lines) - 1, self._lines[-1]
+        else:
+            if self._text.find("\n", self._end) >= 0:
+                return
+            start = self._text.rfind("\n", 0, self._end) + 1
+            last_no, last = self._counter.line_at(start), self._text[start:self._end]
+        self.result.warnings.append(
+            f"line {last_no}: the block of {device.bdf} looks cut off: the output ends at {last.strip()[:80]!r}, "
+            "before the blank line or `Kernel driver in use:` line that ends a device in `lspci -vv`; "
+            "what lspci printed after it is unknown")
+
     def _following(self) -> str | None:
         """The raw line after the current one, or None at the end."""
         if self._lines is not None:
             return self._lines[self._index + 1] if self._index + 1 < len(self._lines) else None
-        if self._line_end >= self._end:
+        text, end = self._text, self._end
+        line_end = text.find("\n", self._pos + 1, end)
+        if line_end < 0:
             return None
-        newline = self._text.find("\n", self._line_end + 1, self._end)
-        return self._text[self._line_end + 1:newline if newline >= 0 else self._end]
+        newline = text.find("\n", line_end + 1, end)
+        return text[line_end + 1:newline if newline >= 0 else end]
 
     # -- the bulk path: classify once, apply per occurrence -----------------------
     def _handlers(self) -> tuple:
@@ -222,76 +259,73 @@ class _Parser:
                  SLOT: self._on_slot, IOMMU: self._on_iommu}
         return tuple(steps.get(code) for code in range(max(steps) + 1))
 
-    # Each `_on_*` has the effect `_line` has on a line of its kind, step for step. `_add` stands
-    # for `PciDevice.add_source`: a line's reference is new and offered once per device, so it is
-    # never one the device already holds.
-    def _on_close(self, action: tuple, line_no: int) -> None:
+    # Each `_on_*` has the effect `_line` has on a line of its kind, step for step; `at` is where the
+    # `\n` before the line is (the line's number is counted only if asked: `counted_ref`). Only the
+    # steps that close a block or read the next line set `_pos`. `_keep` stands for
+    # `PciDevice.add_source`: a line's reference is new and offered once per device, so it is never
+    # one the device already holds.
+    def _on_close(self, action: tuple, at: int) -> None:
+        self._pos = at
         self._close(complete=True)
 
-    def _on_exact(self, action: tuple, line_no: int) -> None:
-        self._exact(action[1], line_no)
+    def _on_exact(self, action: tuple, at: int) -> None:
+        raw = action[1]
+        self._pos, self._line_end = at, at + 1 + len(raw)
+        self._exact(raw, self._counter.line_at(at + 1))
 
-    def _on_caps(self, action: tuple, line_no: int) -> None:
+    def _on_caps(self, action: tuple, at: int) -> None:
         device = self.current
         if device is None:
             return
         self.saw_caps = True
         if action[2] is not None and device.port_type is None:
             device.port_type = action[2]
-            sources = device.sources
-            if len(sources) < MAX_SOURCES_PER_RECORD:
-                sources.append(source_ref(self.input_name, line_no, action[1]))
+            _keep(device, counted_ref(self.input_name, self._counter, at + 1, action[1]))
         if action[3]:
             self.acs_listed = True
 
-    def _on_slot(self, action: tuple, line_no: int) -> None:
+    def _on_slot(self, action: tuple, at: int) -> None:
         if self.current is not None:
             self.current.physical_slot = action[2]
 
-    def _on_iommu(self, action: tuple, line_no: int) -> None:
+    def _on_iommu(self, action: tuple, at: int) -> None:
         if self.current is not None and action[2] is not None:
             self.current.iommu_group = action[2]
 
-    def _on_driver(self, action: tuple, line_no: int) -> None:
+    def _on_driver(self, action: tuple, at: int) -> None:
         device = self.current
         if device is not None:
             if action[3]:
                 device.driver = action[2]
-                sources = device.sources
-                if len(sources) < MAX_SOURCES_PER_RECORD:
-                    sources.append(source_ref(self.input_name, line_no, action[1]))
+                _keep(device, counted_ref(self.input_name, self._counter, at + 1, action[1]))
             self.current_complete = True
 
-    def _on_numa(self, action: tuple, line_no: int) -> None:
+    def _on_numa(self, action: tuple, at: int) -> None:
         device = self.current
         if device is not None and action[2] is not None:
             device.numa_node = action[2]
-            sources = device.sources
-            if len(sources) < MAX_SOURCES_PER_RECORD:
-                sources.append(source_ref(self.input_name, line_no, action[1]))
+            _keep(device, counted_ref(self.input_name, self._counter, at + 1, action[1]))
 
-    def _on_denied(self, action: tuple, line_no: int) -> None:
-        ref = source_ref(self.input_name, line_no, action[1])
+    def _on_denied(self, action: tuple, at: int) -> None:
+        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
         device = self.current if self.current is not None else self._anonymous(ref)
         if not device.access_denied:
             device.access_denied = True
             self.result.denied += 1
-            _add(device, ref)
+            _keep(device, ref)
 
-    def _on_bus(self, action: tuple, line_no: int) -> None:
-        ref = source_ref(self.input_name, line_no, action[1])
+    def _on_bus(self, action: tuple, at: int) -> None:
+        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("Bus", ref)
         if action[2] is not None:
             device.primary_bus, device.secondary_bus, device.subordinate_bus = action[2]
             device.is_bridge = True
-            sources = device.sources
-            if len(sources) < MAX_SOURCES_PER_RECORD:
-                sources.append(ref)
+            _keep(device, ref)
 
-    def _on_lnkcap(self, action: tuple, line_no: int) -> None:
-        ref = source_ref(self.input_name, line_no, action[1])
+    def _on_lnkcap(self, action: tuple, at: int) -> None:
+        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCap", ref)
@@ -304,12 +338,10 @@ class _Parser:
             if values[2] is not None:
                 link.port_number = values[2]
         link.cap_source = ref
-        sources = device.sources
-        if len(sources) < MAX_SOURCES_PER_RECORD:
-            sources.append(ref)
+        _keep(device, ref)
 
-    def _on_lnksta(self, action: tuple, line_no: int) -> None:
-        ref = source_ref(self.input_name, line_no, action[1])
+    def _on_lnksta(self, action: tuple, at: int) -> None:
+        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkSta", ref)
@@ -327,24 +359,22 @@ class _Parser:
         elif kind == "unknown":
             link.sta_width = values[1]
         else:
-            self.result.warnings.append(f"line {line_no}: LnkSta not understood: {values[1]!r}")
+            self.result.warnings.append(f"line {ref.line}: LnkSta not understood: {values[1]!r}")
         link.source = ref
-        sources = device.sources
-        if len(sources) < MAX_SOURCES_PER_RECORD:
-            sources.append(ref)
+        _keep(device, ref)
 
-    def _on_lnkcap2(self, action: tuple, line_no: int) -> None:
+    def _on_lnkcap2(self, action: tuple, at: int) -> None:
         device = self.current
         if device is None or self.anonymous:
-            device = self._device_for("LnkCap2", source_ref(self.input_name, line_no, action[1]))
+            device = self._device_for("LnkCap2", counted_ref(self.input_name, self._counter, at + 1, action[1]))
         if action[2] is not None:
             link = device.link
             if link is None:
                 link = device.link = PciLink()
             link.supported_max_speed_gts = action[2][0]
 
-    def _on_lnkctl2(self, action: tuple, line_no: int) -> None:
-        ref = source_ref(self.input_name, line_no, action[1])
+    def _on_lnkctl2(self, action: tuple, at: int) -> None:
+        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCtl2", ref)
@@ -353,16 +383,27 @@ class _Parser:
             if link is None:
                 link = device.link = PciLink()
             link.target_speed_gts = action[2][0]
-            sources = device.sources
-            if len(sources) < MAX_SOURCES_PER_RECORD:
-                sources.append(ref)
+            _keep(device, ref)
 
-    def _on_acs(self, action: tuple, line_no: int) -> None:
-        ref = source_ref(self.input_name, line_no, action[1])
+    def _on_acs(self, action: tuple, at: int) -> None:
+        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for(action[2], ref)
-        self._acs(device, action[2], dict(action[3]), ref, fresh=True)
+        flags = action[3]
+        if len(flags) < 7:  # cut or wrapped: `_acs` reads the next line and may warn
+            self._pos = at
+            self._acs(device, action[2], dict(flags), ref, fresh=True)
+            return
+        acs = device.acs  # `_acs`'s steps when all seven flags are there
+        if acs is None:
+            acs = device.acs = Acs()
+        if action[2] == "ACSCap":
+            acs.cap = dict(flags)
+        else:
+            acs.ctl = dict(flags)
+            acs.source = ref
+        _keep(device, ref)
 
     # -- the per-line path ----------------------------------------------------------
     def _exact(self, raw: str, line_no: int) -> None:
@@ -382,7 +423,7 @@ class _Parser:
             found = header(line)
             if found is not None:
                 self._close(complete=True)
-                self._open(found["bdf"], found, line, line_no)
+                self._open(found["bdf"], found, SourceRef(self.input_name, line_no, line))
                 return
             if prompt_command(line) is not None:
                 self._close(complete=True)
@@ -394,8 +435,7 @@ class _Parser:
         self._body(stripped, ref)
 
     # -- blocks -------------------------------------------------------------------
-    def _open(self, bdf: str, fields: dict, line: str, line_no: int) -> None:
-        ref = SourceRef(self.input_name, line_no, line)
+    def _open(self, bdf: str, fields: dict, ref: SourceRef) -> None:
         self._open_end = self._line_end
         device = PciDevice(bdf=bdf, origin=FORMAT, source=ref)
         device.class_name = fields.get("class_name")
@@ -570,7 +610,7 @@ class _Parser:
                 self.result.warnings.append(f"line {ref.line}: ACSCtl shows {len(flags)} of 7 flags (cut short?)")
         device.acs = acs
         if fresh:
-            _add(device, ref)
+            _keep(device, ref)
         else:
             device.add_source(ref)
 
@@ -591,7 +631,8 @@ def _content_end(text: str) -> int:
 
 # How much of a section is looked at to tell whether it was quoted in a reply.
 _QUOTE_SNIFF_CHARS = 100_000
-def _add(device: PciDevice, ref: SourceRef) -> None:
+def _keep(device: PciDevice, ref: SourceRef) -> None:
+    """`device.add_source(ref)` for a reference the device cannot hold yet (a new one): the cap alone."""
     if len(device.sources) < MAX_SOURCES_PER_RECORD:
         device.sources.append(ref)
 

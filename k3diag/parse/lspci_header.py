@@ -128,6 +128,16 @@ def leading_header(line: str) -> tuple[str, dict] | None | bool:
 
     A match at the start of the line runs to its end, so it is the only candidate `header` would
     try: its verdict depends on the text after the bus id alone, which is why it can be cached."""
+    # The two spellings lspci prints, `0000:1b:00.0 ` (-D) and `1b:00.0 `, then a blank, in one line
+    # that does not end in a blank (as the parser passes them): `_HEADER_RE` would match the same bus
+    # id and take the rest after the blanks. Two slices and one short match instead of its match.
+    if line and not line[-1].isspace() and "\n" not in line:
+        for size in (12, 7):
+            if len(line) > size and line[size].isspace() and _LEADING_BDF_RE[size].fullmatch(line, 0, size):
+                fields = _candidate(False, line[size:].strip())
+                if fields is None:
+                    return None
+                return ("0000:" + line[:7] if size == 7 else line[:12]), fields
     match = _HEADER_RE.match(line)
     if match is None:
         return False
@@ -139,6 +149,7 @@ def leading_header(line: str) -> tuple[str, dict] | None | bool:
 
 _CANONICAL_BDF_RE = lazy(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _SHORT_BDF_RE = lazy(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_LEADING_BDF_RE = {12: _CANONICAL_BDF_RE, 7: _SHORT_BDF_RE}
 
 
 def fast_bdf(text: str) -> str:
