@@ -9,11 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from k3diag.evidence import MAX_TEXT_BYTES, Evidence
+from k3diag.evidence import MAX_TEXT_BYTES, Evidence, TextRead
 from k3diag.model.identity import InputIdentity
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.source import SourceRef
-from k3diag.parse.detect import STREAM_SNIFF_BYTES, describe_unknown, detect, split_sections, streaming_format
+from k3diag.parse.detect import (
+    STREAM_SNIFF_BYTES,
+    ControlBytesFound,
+    describe_unknown,
+    detect,
+    split_sections,
+    streaming_format,
+)
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
 from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize
 
@@ -156,11 +163,7 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         yield _parse_stream(stream_spec, item, size, note)
         return
 
-    text, truncated = item.read_text(MAX_TEXT_BYTES)
-    # Normalized once, here: reading dropped the control bytes already, and the sections say they are
-    # normalized so their parsers do not scan the text again.
-    text, _ = clean_text(text, controls_dropped=True)
-    sections = split_sections(text, command=item.command, normalized=True)
+    text, truncated, sections = read_sections(item)
     parsed_any = False
     for section in sections:
         spec = detect(section.text, section.command)
@@ -174,6 +177,32 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         record.warnings.append(item.error or describe_unknown(text, item.name))
         record.warnings.extend(item.take_notes())  # what reading dropped or cut
         yield ParsedInput(record, note=note)
+
+
+def read_sections(item: Evidence) -> tuple[str, bool, list[Section]]:
+    """The normalized text of a file (at most `MAX_TEXT_BYTES`), whether it was cut, and the outputs it
+    holds: `split_sections` of `normalize(item.read_text()[0])`, with one 25 MB copy and one 25 MB
+    control-byte check fewer (`Evidence.read_whole_text`): the controls are looked for in the distinct
+    lines the start-line search holds, and a text that has one is read again, checked."""
+    read = item.read_whole_text(MAX_TEXT_BYTES, drop_final_newline=True, defer_control_check=True)
+    if not read.controls_checked:
+        try:
+            return _split_read(read, item, check_controls=True)
+        except ControlBytesFound:
+            read = item.read_whole_text(MAX_TEXT_BYTES, drop_final_newline=True)
+    return _split_read(read, item, check_controls=False)
+
+
+def _split_read(read: TextRead, item: Evidence, check_controls: bool) -> tuple[str, bool, list[Section]]:
+    # Normalizing gives the same text with or without the final newline, but a CR left at the end turns
+    # into one: then the last section drops it, as it drops a final newline.
+    dropped = read.final_newline_dropped and not read.text.endswith("\r")
+    # Normalized once, here: reading dropped the control bytes already (or `split_sections` looks for
+    # them), and the sections say they are normalized so their parsers do not scan the text again.
+    text, _ = clean_text(read.text, controls_dropped=True)
+    sections = split_sections(text, command=item.command, normalized=True, final_newline_dropped=dropped,
+                              check_controls=check_controls)
+    return text, read.truncated, sections
 
 
 def _parse_section(

@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from itertools import compress, count
 from typing import Iterator
 
+from k3diag.evidence import has_c0_controls
 from k3diag.parse.hints import fold
 from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
@@ -65,7 +66,12 @@ _WINDOW_CHARS = 1 << 20
 _FITS = MAX_START_LINE_CHARS.__ge__  # len(line) -> whether such a line is tried at all
 
 
-def split_sections(text: str, command: str | None = None, *, normalized: bool = False) -> list[Section]:
+class ControlBytesFound(Exception):
+    """`split_sections(check_controls=True)` met a C0 control byte: read the text again, checked."""
+
+
+def split_sections(text: str, command: str | None = None, *, normalized: bool = False,
+                   final_newline_dropped: bool = False, check_controls: bool = False) -> list[Section]:
     """Cut a file into the outputs it holds, at prompt lines and at lines that begin a known output.
 
     One pass over the text (`_start_lines`): each window's distinct lines are searched for the
@@ -74,6 +80,10 @@ def split_sections(text: str, command: str | None = None, *, normalized: bool = 
     format's `START_RE`; a format whose literal no line holds is not even imported. Lines are never
     split out of the text for the sections: they are slices between line starts. `normalized`: the
     text is `normalize`d already (the sections say so, and parsers skip normalizing them again).
+    `final_newline_dropped`: the text was read without its final newline (`Evidence.read_whole_text`), so the last section is not cut again (a file that ends in a
+    blank line keeps it), and a single section is the text itself, not a copy. `check_controls`:
+    raise `ControlBytesFound` if a line holds a C0 control (`evidence.C0_BYTES`; the text is ASCII):
+    looked for in each window's distinct lines, what the search holds anyway.
     """
     starts: dict[int, str | None] = {0: command}  # line start offset -> the prompt's command
     hosts: dict[int, str] = {}
@@ -82,7 +92,7 @@ def split_sections(text: str, command: str | None = None, *, normalized: bool = 
     blank: set[int] = set()
     command_prompts: set[int] = set()
     candidates: list[int] = []
-    for start, kind in _start_lines(text):
+    for start, kind in _start_lines(text, check_controls):
         if kind.prompt is not None:
             starts[start] = kind.prompt
             command_prompts.add(start)
@@ -98,7 +108,7 @@ def split_sections(text: str, command: str | None = None, *, normalized: bool = 
         # A blank line between a prompt and the output it printed keeps them together.
         if _previous_nonblank_line(text, start) not in command_prompts:
             starts.setdefault(start, None)
-    return _sections(text, starts, hosts, blank, normalized)
+    return _sections(text, starts, hosts, blank, normalized, len(text) + 1 if final_newline_dropped else len(text))
 
 
 @dataclass(frozen=True)
@@ -111,8 +121,9 @@ class _LineKind:
     host: str | None = None
 
 
-def _start_lines(text: str) -> Iterator[tuple[int, _LineKind]]:
-    """(offset, kind) of every prompt line and every line a format's `START_RE` matches, in order."""
+def _start_lines(text: str, check_controls: bool = False) -> Iterator[tuple[int, _LineKind]]:
+    """(offset, kind) of every prompt line and every line a format's `START_RE` matches, in order;
+    `check_controls`: see `split_sections`."""
     kinds: dict[str, _LineKind | None] = {}  # distinct lines already tried
     position, size = 0, len(text)
     while position < size:
@@ -121,6 +132,8 @@ def _start_lines(text: str) -> Iterator[tuple[int, _LineKind]]:
         window = text[position:cut]  # the whole text, not a copy, when it fits in one window
         lines = window.split("\n")
         distinct = set(lines)
+        if check_controls and has_c0_controls("\n".join(distinct)):
+            raise ControlBytesFound
         if max(map(len, distinct)) > MAX_START_LINE_CHARS:  # rare: measured on the distinct lines only
             distinct = set(compress(distinct, map(_FITS, map(len, distinct))))
         holding = _holding_literals(distinct)
@@ -176,7 +189,9 @@ def _start_pattern(spec: FormatSpec) -> "re.Pattern[str] | None":
 
 
 def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], blank: set[int],
-              normalized: bool) -> list[Section]:
+              normalized: bool, file_end: int) -> list[Section]:
+    """`file_end`: where the file's text ends, one past the text's end when its final newline was left
+    out: a section ending there has no newline to lose."""
     ordered = sorted(starts)
     # [first line offset, end offset, command, host, blanked line offsets]: slices of the text, so
     # gluing a piece to its neighbour never copies text
@@ -195,12 +210,12 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
         blanked = [start] if start in blank else []
         # A start pattern can fire twice inside one output (a wrapped header, a repeated legend):
         # a piece too short to be anything is glued to the one before it.
-        if pieces and piece_command is None and detect(_slice_head(text, start, end, blanked)) is None:
+        if pieces and piece_command is None and detect(_slice_head(text, start, end, blanked, file_end)) is None:
             pieces[-1][1] = end
             pieces[-1][4].extend(blanked)
             continue
         if pieces and piece_command is None and pieces[-1][2] and \
-                detect(_slice_head(text, pieces[-1][0], pieces[-1][1], pieces[-1][4])) is None:
+                detect(_slice_head(text, pieces[-1][0], pieces[-1][1], pieces[-1][4], file_end)) is None:
             # `$ NCCL_P2P_DISABLE=1 ./all_reduce_perf`, a stray line, then the output: the command is its
             piece_command = pieces[-1][2]
         pieces.append([start, end, piece_command, host, blanked])
@@ -209,25 +224,26 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
     for start, end, piece_command, piece_host, blanked in pieces:
         line_number += text.count("\n", counted_to, start)
         counted_to = start
-        sections.append(Section(text=_slice(text, start, end, blanked), first_line=line_number,
+        sections.append(Section(text=_slice(text, start, end, blanked, file_end), first_line=line_number,
                                 command=piece_command, host=piece_host, normalized=normalized))
     return sections
 
 
-def _slice_head(text: str, start: int, end: int, blanked: list[int]) -> str:
-    """`_slice(text, start, end, blanked)[:SNIFF_CHARS]`, all `detect` reads, without copying the rest
+def _slice_head(text: str, start: int, end: int, blanked: list[int], file_end: int) -> str:
+    """`_slice(text, start, end, blanked, file_end)[:SNIFF_CHARS]`, all `detect` reads, without copying the rest
     (a 25 MB section would be copied to sniff its first 64 KiB)."""
     # enough raw text for SNIFF_CHARS characters once blanked lines and the final newline are gone
     cut = start + SNIFF_CHARS + 1 + sum(_line_end(text, line_start) - line_start for line_start in blanked)
     if cut >= end:
-        return _slice(text, start, end, blanked)[:SNIFF_CHARS]
-    return _slice(text, start, cut, [line_start for line_start in blanked if line_start < cut])[:SNIFF_CHARS]
+        return _slice(text, start, end, blanked, file_end)[:SNIFF_CHARS]
+    return _slice(text, start, cut, [line_start for line_start in blanked if line_start < cut], file_end)[:SNIFF_CHARS]
 
 
-def _slice(text: str, start: int, end: int, blanked: list[int]) -> str:
+def _slice(text: str, start: int, end: int, blanked: list[int], file_end: int) -> str:
     """The text from `start` to `end` without its final newline; blanked lines keep their newline
-    (so the line numbers of what follows hold) but lose their content."""
-    if end > start and end <= len(text) and text[end - 1 : end] == "\n":
+    (so the line numbers of what follows hold) but lose their content. A piece that ends where the
+    text does when its final newline was left out (`file_end` past the end) has none to lose."""
+    if end > start and end <= len(text) and text[end - 1 : end] == "\n" and not end == len(text) < file_end:
         end -= 1
     if not blanked:
         return text[start:end]
