@@ -215,7 +215,7 @@ def _tp_judgement(machine: Machine, rec: Any) -> tuple[str, str, int | None, lis
         if seen is not None:  # advise on what was seen only
             level, sentence, best, _, plan = _tp_judgement(machine, seen)
             unseen = [i for i in rec.gpus if i not in seen.gpus]
-            sentence = (f"Of the GPUs whose links were all seen ({_gpu_list(seen.gpus)}): {sentence[0].lower()}"
+            sentence = (f"Of the GPUs whose links to each other were all seen ({_gpu_list(seen.gpus)}): {sentence[0].lower()}"
                         f"{sentence[1:]} {_gpu_list(unseen)}: links not fully seen.")
             return level, sentence, best, missing, plan
     if rec.nvlink_unknown:

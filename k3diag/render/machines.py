@@ -48,7 +48,8 @@ def render_machines(machines: MachineSet, analyses: list["Analysis"], finding: "
 
     out = make_console()
     out.line(title, "bold")
-    out.line(finding.title, "bold yellow")
+    # marked as the warning it is: piped, the colour is gone and it alone explains exit code 1
+    out.line(f"[{finding.severity.upper()}] {finding.title}", "bold yellow")
     for line in finding.explanation.split("\n")[1:]:
         out.line(line)
     out.line()

@@ -261,7 +261,10 @@ def _launch(analysis: "Analysis", out: Out) -> None:
                 texts.append(f"TP{size} " + " ".join(group_text(g) for g in rec.groups[size][:4])
                              + (" ..." if len(rec.groups[size]) > 4 else "")
                              + (f" (slowest pair {worst})" if worst else " (a path inside is unknown)"))
-            out.line("Other sizes: " + "; ".join(texts) + " (--details explains each)", indent=2, wrap=True, hang=4)
+            if not plan:  # no size is recommended (the verdict says why): these are not "other" than one
+                out.line()
+            out.line(("Other sizes: " if plan else "TP sizes, none recommended: ") + "; ".join(texts)
+                     + " (--details explains each)", indent=2, wrap=True, hang=4)
     for size, why in sorted(skipped.items()):
         out.line(f"TP{size} cannot be planned: {why}.", "yellow", indent=2)
 

@@ -143,3 +143,38 @@ def test_a_missing_command_is_only_what_to_type() -> None:
     assert report["verdict"]["missing"][0]["command"] == "amd-smi topology || rocm-smi --showtopo"
     for text in (report["verdict"]["text"],):
         assert "`amd-smi topology || rocm-smi --showtopo` shows them" in text
+
+
+def test_tp_sizes_without_a_recommended_one_are_not_called_other_sizes() -> None:
+    # Every pair SYS: the verdict recommends no TP size, so there is no main size for "Other sizes" to follow.
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt")])
+    lines = result.stdout.splitlines()
+    assert not any(line.lstrip().startswith("Other sizes:") for line in lines)
+    index = next(i for i, line in enumerate(lines) if line.startswith("  TP sizes, none recommended: TP2 {0,1}"))
+    assert lines[index - 1] == ""  # its own paragraph, not a line of the Design list above it
+    assert not any(line.startswith("Run TP") for line in lines)
+
+
+def test_a_cut_matrix_says_which_links_were_seen() -> None:
+    # `topo -m` cut after GPU4's row: GPU5's links to GPU6 and GPU7 are missing, so GPU5's links were not "all seen".
+    text = (FIXTURES / "nvidia" / "topo-m-dgx1-v100-mlx5-tabs.txt").read_text(encoding="utf-8")
+    result = runner.invoke(app, ["analyze", "-"], input="".join(text.splitlines(keepends=True)[:6]))
+    verdict = result.stdout.splitlines()[1]
+    assert verdict.startswith("Verdict [OK]: Of the GPUs whose links to each other were all seen (GPU0, GPU1, GPU2, "
+                              "GPU3, GPU4 and GPU5): serve with TP4 on {0,1,2,3}")
+
+
+def test_several_machines_header_is_marked_as_the_warning_behind_exit_1() -> None:
+    # Two OK machines, exit 1: piped there is no colour, so the header itself must say it is the warning.
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "smi-q-h800-525-new-layout.txt"),
+                                 str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt")])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
+    assert result.stdout.count("Verdict [OK]") == 2
+
+
+def test_a_design_list_never_stands_a_bare_ellipsis_for_gpus() -> None:
+    result = runner.invoke(app, ["analyze", str(EXAMPLE)])
+    assert "  - All 8 GPUs lack a NIC within GPUDirect RDMA reach (nearest over SYS/PHB)" \
+        in result.stdout.splitlines()
+    assert ", ..." not in result.stdout

@@ -83,7 +83,7 @@ def test_gpus_far_from_every_nic() -> None:
     assert far.subjects == [f"GPU{i}" for i in range(8)]
     # How the box is built: advice, not a warning (the 8x 4090 box exits 0).
     assert (far.severity, far.kind) == ("info", "design")
-    assert far.title.endswith("have no NIC within GPUDirect RDMA reach (nearest over SYS/PHB)")
+    assert far.title == "All 8 GPUs lack a NIC within GPUDirect RDMA reach (nearest over SYS/PHB)"
     assert "GPU6 -> NIC0 over PHB" in far.explanation and "GPU0 -> NIC0 over SYS" in far.explanation
     assert far.evidence[0].text.startswith("GPU0")
 

@@ -125,7 +125,7 @@ def test_analyze_terminal_says_so_at_the_top_and_has_one_section_per_machine() -
     result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "smi-q-h800-525-new-layout.txt"),
                                  str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt")])
     lines = result.output.split("\n")
-    assert lines[1] == "The inputs describe 2 different machines; each is judged on its own"
+    assert lines[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
     assert "Machine 1 of 2: 1 GPUs, NVIDIA H800, driver 525.105.17" in result.output
     assert "Machine 2 of 2: 8 GPUs" in result.output
     assert result.output.count("Verdict [") == 2

@@ -162,6 +162,15 @@ def check_mtu_link_layer(machine: Machine, earlier: list[Finding]) -> Iterable[F
         )
 
 
+def _no_gdr_nic_subject(names: list[str], of: int) -> str:
+    """`GPU3 has no NIC`, `GPU0, GPU1 ... and 2 more have no NIC`, `All 8 GPUs lack a NIC`: never a bare
+    `...` standing for GPUs in a title."""
+    if len(names) == of and of > 2:
+        return f"All {of} GPUs lack a NIC"
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return f"{shown} {'has' if len(names) == 1 else 'have'} no NIC"
+
+
 def check_gdr(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     report = gdr_report(machine)
     if report is None or not report.pairs:
@@ -226,9 +235,7 @@ def check_gdr(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
             id="gpu-no-gdr-nic",
             severity="info",
             subjects=subjects,
-            title=(f"{', '.join(subjects[:6])}{', ...' if len(subjects) > 6 else ''} "
-                   f"{'has' if len(far) == 1 else 'have'} no NIC within GPUDirect RDMA reach (nearest over "
-                   f"{'/'.join(paths)})"),
+            title=f"{_no_gdr_nic_subject(subjects, len(gpus))} within GPUDirect RDMA reach (nearest over {'/'.join(paths)})",
             explanation=(f"NCCL uses GPUDirect RDMA only over paths no worse than NCCL_NET_GDR_LEVEL ({report.level}, "
                          f"{report.level_source}). Nearest NICs: {listing}. Traffic of these GPUs to other nodes is "
                          "staged through host memory, or relayed by a GPU next to a NIC (PXN), at lower bandwidth "
