@@ -123,8 +123,10 @@ def read_archive(path: Path | BinaryIO, display: str, limits: BundleLimits, warn
             raise BundleError(f"{display} is a damaged or unsupported tar archive ({safe_str(str(exc))[0]}); ask the "
                               "sender to recreate it with `k3diag collect`") from None
         except (EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
-            raise BundleError(f"{display} ends early or is corrupt ({type(exc).__name__}: {safe_str(str(exc))[0]}); "
-                              "the download may be incomplete, ask the sender for the file again") from None
+            # the library's words, not its class name (BadGzipFile, EOFError): they mean nothing to the user
+            detail = safe_str(str(exc))[0] or "the data stops before the archive's end"
+            raise BundleError(f"{display} ends early or is corrupt ({detail}); the download may be incomplete, ask "
+                              "the sender for the file again") from None
 
 
 def _read_tar_stream(stream: BinaryIO, display: str, limits: BundleLimits, warnings: list[str]) -> list[Member]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import zlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,7 +39,7 @@ def looks_like_bundle(path: Path) -> bool:
         handle, _ = open_input(path)
         with handle, decompressor(kind, handle) as stream:
             inner = stream.read(TAR_BLOCK)
-    except (OSError, EOFError, lzma.LZMAError, ValueError):
+    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError):  # corrupt data after a good magic
         return False
     return is_tar_header(inner)
 

@@ -178,3 +178,51 @@ def test_a_design_list_never_stands_a_bare_ellipsis_for_gpus() -> None:
     assert "  - All 8 GPUs lack a NIC within GPUDirect RDMA reach (nearest over SYS/PHB)" \
         in result.stdout.splitlines()
     assert ", ..." not in result.stdout
+
+
+def test_one_nvlink_is_singular() -> None:
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "fabric" / "nvlink-s-a100-tabs-cut-nccl-tests228.txt")])
+    assert result.stdout.splitlines()[1].startswith("Verdict [WARN]: GPU2 has 1 NVLink up where its peers have 12. ")
+
+
+def test_serving_names_an_input_it_could_not_read(tmp_path: Path) -> None:
+    binary = tmp_path / "results.json.gz"
+    binary.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(200)))
+    result = runner.invoke(app, ["serving", str(binary),
+                                 str(FIXTURES / "serving" / "vllm-bench-serve-qwen3vl-8b-1qps.json")])
+    lines = result.stdout.splitlines()
+    assert "Warnings:" in lines
+    assert f"  {binary} is gzip-compressed; unpack it first (`gunzip -k {binary}`) and give the unpacked files" in lines
+
+
+def test_a_corrupt_gzip_is_a_sentence_not_a_traceback(tmp_path: Path) -> None:
+    # Magic bytes, then data zlib cannot inflate (a file cut or mangled in transfer): the bundle check raised
+    # zlib.error out of every command that takes paths.
+    broken = tmp_path / "results.json.gz"
+    broken.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 64)
+    for args in (["analyze", str(broken)], ["serving", str(broken)], ["check", "--from", str(broken)]):
+        result = runner.invoke(app, args)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
+    result = runner.invoke(app, ["analyze", str(broken)])
+    assert result.exit_code == 3
+    assert f"  {broken} is gzip-compressed; unpack it first (`gunzip -k {broken}`) and give the unpacked files" \
+        in result.stdout.splitlines()
+
+
+def test_a_damaged_bundle_names_no_python_exception(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as archive:
+        for member in sorted(EXAMPLE.rglob("*")):
+            archive.add(member, arcname=str(member.relative_to(EXAMPLE.parent)))
+    raw = bytearray(data.getvalue())
+    for offset in range(len(raw) // 2, len(raw) // 2 + 64):
+        raw[offset] ^= 0x5A
+    bundle = tmp_path / "node.tar.gz"
+    bundle.write_bytes(bytes(raw))
+    result = runner.invoke(app, ["analyze", str(bundle)])
+    line = next(line for line in result.stdout.splitlines() if "ends early or is corrupt" in line)
+    assert "Error" not in line and "BadGzipFile" not in line
+    assert line.endswith("the download may be incomplete, ask the sender for the file again")

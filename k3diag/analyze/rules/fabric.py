@@ -136,7 +136,7 @@ def check_nvlink_inactive(machine: Machine, earlier: list[Finding]) -> Iterable[
                 id="nvlink-fewer-than-peers",
                 severity="warn",
                 subjects=[f"GPU{gpu}"],
-                title=f"GPU{gpu} has {active} NVLinks up where its peers have {typical}",
+                title=f"GPU{gpu} has {active} NVLink{'' if active == 1 else 's'} up where its peers have {typical}",
                 explanation=(f"The other {name or 'GPUs'} on this host list {typical} active NVLinks; GPU{gpu} lists "
                              f"{active}. Links it does not list are down or untrained."),
                 evidence=_refs(by_gpu[gpu], 2),
