@@ -336,7 +336,29 @@ def command_format(command: str | None) -> str | None:
     return None
 
 
+# What GPU tools print instead of their output when they fail: pasted as often as the output itself, and saying
+# more than "format not recognized" (these phrasings are nvidia-smi's and the shell's own).
+_TOOL_FAILURES = (
+    (re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"),
+     "this is nvidia-smi's error, not its output: nvidia-smi could not communicate with the NVIDIA driver (the "
+     "kernel module is not loaded, or it no longer matches after an update: `lsmod | grep nvidia`, "
+     "`sudo dmesg | grep -i NVRM`)"),
+    (re.compile(r"Failed to initialize NVML: Driver/library version mismatch"),
+     "this is nvidia-smi's error, not its output: the loaded NVIDIA kernel module and the user-space library "
+     "differ (a driver update without a reboot: reboot, or reload the nvidia modules)"),
+    (re.compile(r"^No devices were found\s*$", re.M),
+     "this is nvidia-smi's answer when it finds no NVIDIA GPU (`No devices were found`)"),
+    (re.compile(r"(?:^|: )(nvidia-smi|amd-smi|rocm-smi|lspci|ibstat|ibv_devinfo)(?:\.exe)?: (?:command )?not found"),
+     "the shell did not find `{0}` on that host: its output is not in this file"),
+)
+
+
 def describe_unknown(text: str, name: str) -> str:
+    head = text[:4096]
+    for pattern, meaning in _TOOL_FAILURES:
+        match = pattern.search(head)
+        if match:
+            return f"{name}: {meaning.format(*match.groups())}"
     first = next((line.strip() for line in text.split("\n") if line.strip()), "")
     if len(first) > 80:
         first = first[:77] + "..."

@@ -226,3 +226,33 @@ def test_a_damaged_bundle_names_no_python_exception(tmp_path: Path) -> None:
     line = next(line for line in result.stdout.splitlines() if "ends early or is corrupt" in line)
     assert "Error" not in line and "BadGzipFile" not in line
     assert line.endswith("the download may be incomplete, ask the sender for the file again")
+
+
+def test_an_unrecognized_file_is_not_a_host_without_gpus(tmp_path: Path) -> None:
+    # "format not recognized ... k3diag reads nvidia-smi topo -m ..." named nvidia-smi, so any unreadable file
+    # raised no-gpu-found: "No NVIDIA or AMD GPU was found on this host" about a typo'd path.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("NodeName=gpu01 Arch=x86_64 CoresPerSocket=32\n")
+    _, report = _json("analyze", str(notes))
+    assert [f["id"] for f in report["findings"]] == []
+    assert report["exit_code"] == 3
+
+
+def test_a_pasted_tool_error_is_named_for_what_it_is(tmp_path: Path) -> None:
+    cases = {
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.\n":
+            "this is nvidia-smi's error, not its output: nvidia-smi could not communicate with the NVIDIA driver",
+        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.90\n":
+            "this is nvidia-smi's error, not its output: the loaded NVIDIA kernel module and the user-space library "
+            "differ",
+        "No devices were found\n": "this is nvidia-smi's answer when it finds no NVIDIA GPU",
+        "user@gpu01:~$ nvidia-smi topo -m\nbash: nvidia-smi: command not found\n":
+            "the shell did not find `nvidia-smi` on that host: its output is not in this file",
+    }
+    for number, (text, said) in enumerate(cases.items()):
+        path = tmp_path / f"paste-{number}.txt"
+        path.write_text(text)
+        result = runner.invoke(app, ["analyze", str(path)])
+        assert result.exit_code == 3
+        assert any(line.startswith(f"  {path}: {said}") for line in result.stdout.splitlines()), result.stdout

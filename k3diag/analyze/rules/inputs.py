@@ -23,6 +23,13 @@ def _gpu_like_pci_devices(machine: Machine) -> list:
     return found
 
 
+def _tried_gpu_tool(warning: str) -> bool:
+    """A bundle's record of a GPU tool that was run and failed (`nvidia-smi` is not installed...); not the
+    "format not recognized" of any saved file, whose list of readable formats names the same tools."""
+    return "format not recognized" not in warning and \
+        any(tool in warning for tool in ("nvidia-smi", "amdsmi", "amd-smi", "rocm-smi"))
+
+
 def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     if machine.gpus:
         return
@@ -30,8 +37,7 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     gpu_sources = [n for n in machine.notes if n.subject.startswith(("nvml", "amdsmi", "nvidia-smi", "amd-smi", "rocm-smi"))]
     # A bundle collected on a host: its NVML/amdsmi readings, or the GPU tools it tried, looked for GPUs.
     collected = [record for record in machine.inputs if record.format in ("nvml-readings", "amdsmi-readings")
-                 or (record.format == "unknown" and any(tool in warning for warning in record.warnings
-                                                        for tool in ("nvidia-smi", "amdsmi", "amd-smi", "rocm-smi")))]
+                 or (record.format == "unknown" and any(_tried_gpu_tool(warning) for warning in record.warnings))]
     if not machine.live and not gpu_sources and not collected:
         return
     reasons = [f"{note.subject}: {note.message}" for note in gpu_sources]
