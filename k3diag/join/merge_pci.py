@@ -110,11 +110,11 @@ def merge_cmdline(result: KernelCmdline, machine: Machine, record: InputRecord) 
 
 def merge_dmesg(result: DmesgResult, machine: Machine, record: InputRecord) -> None:
     state = platform_state(machine)
+    # The same boot's log given twice (dmesg and journalctl -k) repeats lines: drop those another input already
+    # gave. Identical lines inside one log are real repeats (a journal stamps to the second) and all count.
     known = {(e.kind, e.bdf, e.code, e.source.text) for e in state.events}
     for event in result.events:
-        key = (event.kind, event.bdf, event.code, event.source.text)
-        if key not in known:
-            known.add(key)
+        if (event.kind, event.bdf, event.code, event.source.text) not in known:
             state.events.append(event)
     if result.default_domain:
         state.iommu.default_domain = result.default_domain

@@ -23,17 +23,35 @@ FORMAT = "dmesg"
 
 _PREFIX_RE = lazy(
     r"^(?:<\d+>)?"
-    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )?"  # journalctl: `Sep 19 16:18:04 host kernel: `
+    r"(?:[a-z]+\s*:[a-z]+\s*: )?"  # `dmesg -x`: `kern  :err   : `
+    # journalctl / syslog: `Sep 19 16:18:04 host kernel: `, a localized month (`фев 12 00:48:02`), a paste that
+    # collapsed `May  6` to `May 6`, the host left out, ISO stamps (`journalctl -o short-iso`, rsyslog on
+    # Ubuntu 24.04, `dmesg --time-format iso`), or only `kernel: ` left by a grep
+    r"(?:(?:\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)? kernel: )"
+    r"|(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[-+]\d\d:?\d\d)?(?: \S+ kernel:)? )"
+    r"|kernel: )?"
     r"(?:\[\s*(?P<ts>\d+\.\d+)\]\s?|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4}\]\s?)?"
 )
 _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-_XID_RE = lazy(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<code>\d+),\s*(?P<msg>.*)$")
+# `NVRM: Xid (PCI:0000:02:00): 79, ...`; drivers before ~2013 left out `PCI:` (`NVRM: Xid (0000:01:00): 13, ...`);
+# MIG adds the instances: `(PCI:0000:01:00 GPU-I:05 GPU-CI:00)` (the driver's format strings in krcReportXid)
+_XID_RE = lazy(
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
+    r"(?:\s+GPU-I:(?P<gi>\d+))?(?:\s+GPU-CI:(?P<ci>\d+))?\): (?P<code>\d+),\s*(?P<msg>.*)$"
+)
+# Since ~R470 the message starts with the process the driver blames: `pid=1234, name=python3, ` or
+# `pid='<unknown>', name=<unknown>, ` (no process); the Error Containment Xids (94/95) give only `pid=7194, `.
+_XID_PROCESS_RE = lazy(r"^pid=(?P<pid>'?<unknown>'?|\d+),\s*(?:name=(?P<name>[^,]*),\s*)?")
 _FALLEN_GPU_RE = lazy(r"NVRM: The NVIDIA GPU (?P<bdf>" + _BDF + r")")
 _GPU_AT_RE = lazy(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+# the GPU named on the "fallen off the bus" line itself: `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`
+# (drivers of the 2010s) and `NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.` (after an Xid 79)
+_FALLEN_BDF_RE = lazy(r"NVRM: GPU (?:at )?(?P<bdf>" + _BDF + r")[: ]")
 _AER_ERROR_RE = lazy(
     r"(?P<driver>\S+) (?P<bdf>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+),\s*type=(?P<type>[^,]+)"
 )
-_AER_BIT_RE = lazy(r"(?P<bdf>" + _BDF + r"):\s+\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")
+# kernels 5.x put `AER: ` before the status bits too: `pcieport 0000:00:1c.5: AER:    [ 0] RxErr    (First)`
+_AER_BIT_RE = lazy(r"(?P<bdf>" + _BDF + r"):\s+(?:AER:\s+)?\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")
 _DOMAIN_RE = lazy(r"iommu: Default domain type: (?P<type>Translated|Passthrough)", re.I)
 _CMDLINE_RE = lazy(r"(?:Kernel )?[Cc]ommand line: (?P<cmdline>.*)$")
 
@@ -58,7 +76,8 @@ def sniff(text: str) -> float:
     in_cmdline = False
     for line in lines:
         if re.match(r"^(?:<\d+>)?\[\s*\d+\.\d+\]", line) or re.match(
-                r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: ", line):
+                r"^(?:\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)?|\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[-+][\d:]+)? \S+) kernel: ",
+                line):
             stamped += 1
             in_cmdline = "ommand line:" in line
         elif in_cmdline:
@@ -116,8 +135,9 @@ def _line(body, ref, timestamp, result, last_aer, pending_fallen, gpu_at):
     xid = _XID_RE.search(stripped)
     if xid:
         bdf = _xid_bdf(xid.group("bus"))
+        message, details = _xid_message(xid)
         result.events.append(DmesgEvent(kind="xid", bdf=bdf, source=ref, code=int(xid.group("code")),
-                                        error_type=xid.group("msg").strip().rstrip(".") or None, timestamp=timestamp))
+                                        error_type=message, details=details, timestamp=timestamp))
         return None, pending_fallen, gpu_at, False
     at = _GPU_AT_RE.search(stripped)
     if at:
@@ -128,7 +148,8 @@ def _line(body, ref, timestamp, result, last_aer, pending_fallen, gpu_at):
         if "fallen off the bus" not in stripped:
             return last_aer, pending_fallen, gpu_at, False
     if "fallen off the bus" in stripped and "Xid" not in stripped:
-        bdf = pending_fallen[0] if pending_fallen else gpu_at
+        named = _FALLEN_BDF_RE.search(stripped)
+        bdf = normalize_bdf(named.group("bdf")) if named else pending_fallen[0] if pending_fallen else gpu_at
         origin = pending_fallen[1] if pending_fallen else ref
         if not any(e.kind in ("xid", "fallen-off-bus") and e.bdf == bdf and e.code in (79, None)
                    for e in result.events[-3:]):
@@ -162,6 +183,22 @@ def _line(body, ref, timestamp, result, last_aer, pending_fallen, gpu_at):
             result.iommu_enabled = False
         result.iommu_lines.append(ref)
     return last_aer, pending_fallen, gpu_at, False
+
+
+def _xid_message(xid: re.Match) -> tuple[str | None, list[str]]:
+    """The Xid's own words without the process fields, and what those fields and MIG say (as details)."""
+    message = xid.group("msg").strip()
+    details = []
+    process = _XID_PROCESS_RE.match(message)
+    if process:
+        message = message[process.end():]
+        pid, name = process.group("pid"), (process.group("name") or "").strip().strip("'")
+        if pid.isdigit():
+            details.append(f"process {name} (pid {pid})" if name and name != "<unknown>" else f"pid {pid}")
+    if xid.group("gi") is not None:
+        details.append(f"MIG GPU instance {int(xid.group('gi'))}"
+                       + (f", compute instance {int(xid.group('ci'))}" if xid.group("ci") is not None else ""))
+    return message.strip().rstrip(".") or None, details
 
 
 def _xid_bdf(bus: str) -> str | None:

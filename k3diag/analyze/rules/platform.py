@@ -123,7 +123,9 @@ def check_aer(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
             f"{len(nonfatal)} uncorrected non-fatal" if nonfatal else "",
             f"{len(corrected)} corrected" if corrected else "") if part)
         details = sorted({d for e in items for d in e.details})
-        kinds = sorted({e.error_type for e in items if e.error_type})
+        # the kernel names the layer in full: `type=Physical Layer`, `type=Transaction Layer`
+        kinds = sorted({e.error_type if e.error_type.lower().endswith("layer") else f"{e.error_type} layer"
+                        for e in items if e.error_type})
         subjects = ([gpu_here] if gpu_here else []) + [bdf] + [label for label in labels if label != gpu_here]
         yield Finding(
             id="pcie-aer-errors",
@@ -131,7 +133,7 @@ def check_aer(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
             subjects=subjects,
             title=f"PCIe AER errors on {who}: {counts}",
             explanation=(f"The kernel logged PCIe Advanced Error Reporting errors for {bdf}"
-                         + (f" ({', '.join(kinds)} layer)" if kinds else "")
+                         + (f" ({', '.join(kinds)})" if kinds else "")
                          + (f": {', '.join(details)}" if details else "") + ". "
                          + ("An uncorrected fatal error (a Surprise Down is the link dropping) takes the link and every "
                             "device below it offline; GPUs behind it fall off the bus." if fatal else
@@ -164,12 +166,17 @@ def check_xid(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
         path = set(tree.path(bdf)) if bdf in tree.devices else {bdf}
         causes = [f.key for f in aer if f.data.get("bdf") in path]
         message = next((e.error_type for e in items if e.error_type), meaning)
+        # who the driver blamed (process, MIG instance), as the Xid line said it
+        blamed = sorted({d for e in items for d in e.details})
+        if blamed:
+            message += f" ({'; '.join(blamed[:4])}{'; ...' if len(blamed) > 4 else ''})"
         finding = Finding(
             id="xid-errors",
             severity=severity,
             subjects=[label or bdf] + ([f"Xid{code}"]),
             title=f"{who}: Xid {code} ({meaning})" + (f" x{len(items)}" if len(items) > 1 else ""),
-            explanation=(f"The NVIDIA driver logged Xid {code} for {who} ({bdf}): {message}. "
+            explanation=(f"The NVIDIA driver logged Xid {code} for {who}"
+                         + (f" ({bdf})" if bdf != "unknown" and bdf != who else "") + f": {message}. "
                          + _xid_advice(code)),
             evidence=[e.source for e in items[:6]],
             remedy=_xid_remedy(code),
