@@ -98,6 +98,10 @@ class NcclTestsBenchmark:
     avg_source: SourceRef | None = None
     oob_source: SourceRef | None = None
     skipped_lines: int = 0
+    # `host: Test NCCL failure common.cu:392 'unhandled cuda error ... / '`: the test aborted (first such line)
+    failure: str | None = None
+    failure_source: SourceRef | None = None
+    failure_hosts: list[str] = field(default_factory=list)
 
     @property
     def hosts(self) -> list[str]:
@@ -147,6 +151,7 @@ class NcclTestsBenchmark:
             "command": self.command,
             "columns": list(self.columns),
             "input": self.input,
+            "failure": self.failure,
         }
 
 

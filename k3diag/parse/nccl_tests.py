@@ -44,6 +44,13 @@ _OP_FROM_BINARY_RE = re.compile(r"\b(?P<op>[a-z_]+?)_perf(?:_mpi)?\b")
 # launcher prefixes: `[1,0]<stdout>:`, `[rank3]:`, Slurm `--label` ` 0: `, MPI `--tag-output` `[0]`
 _LEAD_PREFIX_RE = re.compile(r"^(?:\[\d+,\d+\]<std\w+>:|\[rank\d+\]:|\s*\d+:\s(?=\s*[#\d]))")
 _TAG_RE = re.compile(r"\[\d+(?:,\d+)?\](?:<std\w+>:)?")
+# nccl-tests' NCCLCHECK/CUDACHECK when a call fails: `%s: Test NCCL failure %s:%d '%s / %s'` (host, file:line,
+# ncclGetErrorString, ncclGetLastError; before 2.13 without host and last error), then ` .. host pid N: Test
+# failure file:line` for each caller; NCCL 1.x tests printed `NCCL failure all_reduce.cu:95 '...'`
+_FAILURE_RE = re.compile(
+    r"^(?:(?P<host>[^\s:]+): )?(?:Test )?(?P<lib>NCCL|CUDA) failure (?P<where>\S+:\d+) '(?P<msg>.*?)(?:'\s*)?$"
+)
+_FAILURE_STACK_RE = re.compile(r"^\.\. \S+ pid \d+: Test failure \S+:\d+\s*$")
 _INT_RE = re.compile(r"^-?\d+$")
 _NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\*?$")
 _REDOPS = frozenset({"sum", "prod", "max", "min", "avg", "none", "mulsum", "premulsum"})
@@ -151,6 +158,19 @@ def parse(section, input_name: str) -> NcclTestsResult:
         if not stripped:
             continue
         content = stripped.lstrip("#").strip()
+
+        failure = _FAILURE_RE.match(stripped)
+        if failure:
+            blk = block if block is not None else current()
+            host = failure.group("host")
+            if host and host not in blk.bench.failure_hosts:
+                blk.bench.failure_hosts.append(host)
+            if blk.bench.failure is None:
+                blk.bench.failure = _failure_text(failure)
+                blk.bench.failure_source = SourceRef(input_name, lineno, raw.rstrip())
+            continue
+        if _FAILURE_STACK_RE.match(stripped):
+            continue
 
         # a new test: `# nThread ...` (markdown may have eaten the `#`), rccl `# nThreads: 1 nGpus: 2 ...`
         match = _NTHREAD_RE.search(content)
@@ -283,6 +303,15 @@ def parse(section, input_name: str) -> NcclTestsResult:
         if bench.variant is None:
             amd = any(d.name and ("AMD" in d.name or "Radeon" in d.name or "Instinct" in d.name) for d in bench.devices)
             bench.variant = "rccl-tests" if amd else "nccl-tests"
+        if bench.failure:
+            last = bench.rows[-1].size_bytes if bench.rows else None
+            result.warnings.append(
+                f"{'the ' + bench.op + ' test' if bench.op else 'nccl-tests'} aborted (line "
+                f"{bench.failure_source.line}): {bench.failure}"
+                + (f" on {', '.join(bench.failure_hosts)}" if bench.failure_hosts else "")
+                + (f"; the table stops after {len(bench.rows)} size(s), the last {last} bytes" if bench.rows
+                   else "; no size finished")
+            )
         sizes = [row.size_bytes for row in bench.rows]
         if any(b < a for a, b in zip(sizes, sizes[1:])) and not bench.op == "sendrecv":
             result.warnings.append(
@@ -303,6 +332,17 @@ def parse(section, input_name: str) -> NcclTestsResult:
         if not (len(result.benchmarks) == 1 and result.benchmarks[0].op and not result.benchmarks[0].header_source):
             result.warnings.append("no nccl-tests result table found")
     return result
+
+
+def _failure_text(match: re.Match) -> str:
+    """`Test NCCL failure common.cu:392 'unhandled cuda error (run with NCCL_DEBUG=INFO for details)'`: the
+    error string, and NCCL's last error after it when it printed one (`'... / <last error>'`)."""
+    message = match.group("msg").strip()
+    error, _, last = message.partition(" / ")
+    error = error.rstrip(" /")
+    last = last.strip()
+    words = f"{error}: {last}" if last and last != error else error
+    return f"{match.group('lib')} error at {match.group('where')}: '{words}'"
 
 
 def _normalize_op(name: str) -> str:

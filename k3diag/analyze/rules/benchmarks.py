@@ -87,6 +87,38 @@ def check_data_errors(machine: Machine, earlier: list[Finding]) -> Iterable[Find
         )
 
 
+# -- nccl-tests-aborted -------------------------------------------------------------------------
+
+
+def check_aborted(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    for bench in _nccl_tests(machine):
+        if not bench.failure:
+            continue
+        where = f" on {', '.join(bench.failure_hosts[:4])}" if bench.failure_hosts else ""
+        done = (f"after {len(bench.rows)} message size(s), the largest {bench.rows[-1].size_bytes} bytes: its numbers "
+                "cover only what ran" if bench.rows else "before any message size finished: it measured nothing")
+        nccl_said = [f for f in earlier if f.id == "nccl-warnings"]
+        yield Finding(
+            id="nccl-tests-aborted",
+            severity="fail",
+            subjects=[_subject(bench)],
+            title=f"nccl-tests {bench.op or ''} aborted{where}".replace("  ", " "),
+            explanation=(
+                f"The test stopped with {bench.failure} {done}. "
+                + ("NCCL's own warnings in this log say why (see the NCCL warnings finding)." if nccl_said else
+                   "The error string alone rarely says why: NCCL's log does (`NCCL WARN` lines just before it).")
+            ),
+            evidence=[bench.failure_source] if bench.failure_source else [],
+            remedy=("Rerun the same command with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET,P2P for transport trouble) "
+                    "and read the NCCL WARN lines before the failure; 'unhandled cuda error' that starts at a large size "
+                    "is usually GPU memory (lower -e), 'remote process exited or there was a network error' a peer "
+                    "that died or a network path that broke."),
+            causes=[f.key for f in nccl_said],
+            confirm_with="NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 1G -f 2 -g <n>",
+            data={"failure": bench.failure, "hosts": list(bench.failure_hosts), "rows": len(bench.rows)},
+        )
+
+
 # -- nccl-tests-single-rank ----------------------------------------------------------------------
 
 
@@ -373,6 +405,7 @@ def check_p2p_cannot_access_peer(machine: Machine, earlier: list[Finding]) -> It
 
 RULES = (
     Rule("nccl-tests-data-errors", "fail", "nccl-tests found wrong data", check_data_errors, kind="fault"),
+    Rule("nccl-tests-aborted", "fail", "nccl-tests stopped with an error", check_aborted, kind="fault"),
     Rule("nccl-tests-single-rank", "info", "nccl-tests ran with a single rank", check_single_rank, kind="info"),
     Rule("nccl-tests-busbw-low", "warn", "Bus bandwidth far below the links' capability", check_busbw_low,
          kind="fault"),

@@ -1,0 +1,74 @@
+"""nccl-tests runs that died: `host: Test NCCL failure file:line '<error> / <last error>'` before any row
+(NVIDIA/nccl-tests#287) or after some (NVIDIA/nccl-tests#322, several hosts). The user must hear that the
+test aborted and why, not a quiet table, or nothing at all."""
+
+from __future__ import annotations
+
+from nccl_fixtures import fixture_section
+
+from k3diag.analyze.engine import run_rules
+from k3diag.evidence import Evidence
+from k3diag.join.build import build_machine
+from k3diag.parse import nccl_tests
+from k3diag.parse.text import Section
+from tests.fabric.conftest import FIXTURES
+
+BEFORE_ROWS = "nccl-tests-5090-test-nccl-failure-before-rows-287.txt"
+AFTER_ROWS = "nccl-tests-rows-then-failure-several-hosts-322.txt"
+
+
+def _aborted(name: str) -> list:
+    machine = build_machine([Evidence(name=name, path=FIXTURES / "bench" / name)])
+    return [f for f in run_rules(machine) if f.id == "nccl-tests-aborted"]
+
+
+def test_failure_before_any_row_is_said() -> None:
+    result = nccl_tests.parse(fixture_section("bench", BEFORE_ROWS), BEFORE_ROWS)
+    (bench,) = result.benchmarks
+    assert bench.op == "all_reduce" and bench.rows == [] and len(bench.devices) == 2
+    assert bench.failure == "NCCL error at common.cu:392: 'unhandled cuda error (run with NCCL_DEBUG=INFO for details)'"
+    assert bench.failure_hosts == ["GENOA-06"] and bench.failure_source.line == 11
+    assert result.warnings == [
+        "the all_reduce test aborted (line 11): NCCL error at common.cu:392: 'unhandled cuda error (run with "
+        "NCCL_DEBUG=INFO for details)' on GENOA-06; no size finished"]
+    assert bench.to_json()["failure"] == bench.failure
+    (finding,) = _aborted(BEFORE_ROWS)
+    assert finding.severity == "fail" and finding.title == "nccl-tests all_reduce aborted on GENOA-06"
+    assert "before any message size finished: it measured nothing" in finding.explanation
+
+
+def test_failure_after_rows_keeps_the_rows_and_names_every_host() -> None:
+    result = nccl_tests.parse(fixture_section("bench", AFTER_ROWS), AFTER_ROWS)
+    (bench,) = result.benchmarks
+    assert [row.size_bytes for row in bench.rows][-1] == 17179869184 and len(bench.rows) == 5
+    assert bench.rows[-1].in_place.busbw == 367.44
+    assert bench.failure_hosts == ["HCA-128", "HCA-108", "HCA-107"]
+    # the ` .. host pid N: Test failure common.cu:915` stack lines are no unreadable table lines
+    assert not any("could not be read" in w for w in result.warnings)
+    (finding,) = _aborted(AFTER_ROWS)
+    assert "after 5 message size(s), the largest 17179869184 bytes: its numbers cover only what ran" in finding.explanation
+
+
+def test_failure_wordings_of_other_builds() -> None:
+    # the format strings of nccl-tests' NCCLCHECK/CUDACHECK: with the last error after ` / `, before 2.13
+    # without host and last error, a CUDA call. The lines are real (nccl-tests#166, a DGX Spark write-up, #280,
+    # a CSCS docs page), except that the second one's last-error text after ` / ` was put in by this test: the
+    # real line has it empty, and the `'%s / %s'` format string's second field must still be read.
+    def failure(line: str) -> str | None:
+        text = "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n" + line + "\n"
+        return nccl_tests.parse(Section(text, 1), "t").benchmarks[0].failure
+
+    assert failure("ubuntu: Test NCCL failure common.cu:958 'internal error - please report this issue to the "
+                   "NCCL developers / '") == ("NCCL error at common.cu:958: 'internal error - please report this issue "
+                                              "to the NCCL developers'")
+    assert failure("gx10-9c8c: Test NCCL failure common.cu:401 'remote process exited or there was a network error / "
+                   "NET/IB: Got completion from peer'") == (
+        "NCCL error at common.cu:401: 'remote process exited or there was a network error: NET/IB: Got completion "
+        "from peer'")
+    assert failure("c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'") == (
+        "NCCL error at common.cu:1005: 'unhandled CUDA error'")
+    assert failure("node03: Test CUDA failure common.cu:732 'out of memory'") == (
+        "CUDA error at common.cu:732: 'out of memory'")
+    assert failure("[1,0]<stdout>:nid006352: Test NCCL failure common.cu:958 'invalid usage (run with "
+                   "NCCL_DEBUG=WARN for details)") == (
+        "NCCL error at common.cu:958: 'invalid usage (run with NCCL_DEBUG=WARN for details)'")
