@@ -118,6 +118,9 @@ _OLD_FIELDS: tuple[tuple[str, str, object], ...] = (
 )
 
 
+_MARKDOWN_BREAK_RE = re.compile(r"\s+\\$")
+
+
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
     if re.search(r"=+\s*NVSMI LOG\s*=+", head):
@@ -133,10 +136,12 @@ def sniff(text: str) -> float:
 
 def parse(section: Section, input_name: str) -> NvidiaQueryResult:
     result = NvidiaQueryResult()
-    lines = normalize(section.text).split("\n")
+    # Markdown hard line breaks: a paste that ends lines with ` \` (`GPU 0000:00:1E.0 \`); no value ends so.
+    raw_lines = normalize(section.text).split("\n")
+    lines = [_MARKDOWN_BREAK_RE.sub("", line) for line in raw_lines]
 
     def ref(index: int) -> SourceRef:
-        return SourceRef(input_name, section.first_line + index, lines[index].rstrip())
+        return SourceRef(input_name, section.first_line + index, raw_lines[index].rstrip())
 
     blocks: list[tuple[int, int]] = []  # (header line index, end)
     for index, line in enumerate(lines):

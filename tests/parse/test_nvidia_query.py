@@ -111,3 +111,13 @@ def test_mutated_real_output_never_raises(data: st.DataObject) -> None:
 @given(st.text(max_size=300))
 def test_random_text_never_raises(text: str) -> None:
     query.parse(Section(text, 1), "fuzz")
+
+
+def test_markdown_hard_breaks_do_not_hide_the_gpu() -> None:
+    # A K80 `nvidia-smi -q | head` pasted into markdown with ` \` line breaks (driver 367, 4-digit domain):
+    # the GPU block line read `GPU 0000:00:1E.0 \` and the GPU was lost ("no GPU block").
+    result = parse_file("smi-q-k80-367-markdown-backslash-breaks.txt")
+    assert result.warnings == [] and result.attached_gpus == 1 and result.driver_version == "367.106"
+    [gpu] = result.gpus
+    assert (gpu.bus_id, gpu.name) == ("0000:00:1E.0", "Tesla K80")
+    assert gpu.sources["block"].text == "GPU 0000:00:1E.0 \\" and gpu.sources["block"].line == 7
