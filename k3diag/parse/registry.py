@@ -78,6 +78,8 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r"fabric ?manager|NVSwitch|multicast|Error 802|system not yet initialized|SYSTEM_NOT_READY|"
                     r"SystemNotReady|cuMemCreate"),
     FormatSpec("ibstat", "k3diag.parse.ibstat", "k3diag.join.merge_fabric:merge_rdma", hint=r"CA\s+'"),
+    FormatSpec("ibstatus", "k3diag.parse.ibstatus", "k3diag.join.merge_fabric:merge_rdma",
+               hint=r"Infiniband device '"),
     FormatSpec("ibv-devinfo", "k3diag.parse.ibv_devinfo", "k3diag.join.merge_fabric:merge_rdma", hint=r"hca_id:"),
     FormatSpec("nvml-readings", "k3diag.parse.nvml_readings", "k3diag.join.merge_nvidia:merge_nvml", hint=r"k3diag\.nvml-readings/"),
     FormatSpec("host-readings", "k3diag.parse.host_readings", "k3diag.join.merge_host:merge_host", hint=r"k3diag\.host-readings/"),
