@@ -119,6 +119,8 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r'"(?:request|output)_throughput"'),
     FormatSpec("sglang-bench-serving", "k3diag.parse.serving.sglang_bench", "k3diag.join.merge_serving:merge_serving",
                hint=r"retokenized|e2e_latency_ms"),
+    FormatSpec("serving-result-text", "k3diag.parse.serving.summary_text", "k3diag.join.merge_serving:merge_serving",
+               hint=r"Serving Benchmark Result"),
     FormatSpec("trtllm-bench", "k3diag.parse.serving.trtllm_bench", "k3diag.join.merge_serving:merge_serving",
                hint=r'"world_info"'),
     FormatSpec("aiperf", "k3diag.parse.serving.aiperf", "k3diag.join.merge_serving:merge_serving",
