@@ -22,7 +22,7 @@ from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
 FORMAT = "dmesg"
 
 _PREFIX_RE = lazy(
-    r"^(?:<\d+>)?"
+    r"^(?:>\s?)?(?:<\d+>)?"  # a `> ` quote mark (e-mail, markdown), a syslog priority `<4>`
     r"(?:[a-z]+\s*:[a-z]+\s*: )?"  # `dmesg -x`: `kern  :err   : `
     # journalctl / syslog: `Sep 19 16:18:04 host kernel: `, a localized month (`фев 12 00:48:02`), a paste that
     # collapsed `May  6` to `May 6`, the host left out, ISO stamps (`journalctl -o short-iso`, rsyslog on
@@ -75,7 +75,9 @@ def sniff(text: str) -> float:
     wrapped = 0  # continuation lines of a command line a terminal wrapped
     in_cmdline = False
     for line in lines:
-        if re.match(r"^(?:<\d+>)?\[\s*\d+\.\d+\]", line) or re.match(
+        # `[  12.345]`, `dmesg -T`'s `[Sat Oct 12 18:38:44 2024]`, either behind a `> ` quote mark
+        if re.match(r"^(?:>\s?)?(?:<\d+>)?\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4})\]",
+                    line) or re.match(
                 r"^(?:\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)?|\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[-+][\d:]+)? \S+) kernel: ",
                 line):
             stamped += 1

@@ -93,3 +93,23 @@ def test_iso_and_facility_prefixes_are_stamps() -> None:
         assert dmesg.sniff(text) >= 0.85, stamp
         (event,) = dmesg.parse(Section(text, 1), "j").events
         assert (event.bdf, event.code) == ("0000:dc:00.0", 45)
+
+
+def test_dmesg_ctime_with_other_kernel_lines_is_a_kernel_log() -> None:
+    # `dmesg -T`: an Xid, then a hung-task trace; it was 'format not recognized' (only `[ 12.3]` stamps counted)
+    name = "dmesg-ctime-xid45-then-hung-task-gpud.txt"
+    machine = build_machine([Evidence(name=name, path=PCIE / name)])
+    [record] = machine.inputs
+    assert record.format == "dmesg"
+    (finding,) = [f for f in run_rules(machine) if f.id == "xid-errors"]
+    assert finding.data == {"bdf": "0000:61:00.0", "code": 45, "count": 1}
+    assert "Ch 0000000f (process distprovers-gpu (pid 1496200))" in finding.explanation
+
+
+def test_dmesg_ctime_quoted_with_markdown_marks() -> None:
+    name = "dmesg-ctime-xid13-109-quoted-gpud-docs.txt"
+    assert dmesg.sniff((PCIE / name).read_text()) >= 0.85
+    result = dmesg.parse(section(name), "d")
+    assert [(e.code, e.details) for e in result.events] == [
+        (13, []), (13, []), (13, []), (109, ["process pt_main_thread (pid 1797828)"])]
+    assert result.events[3].error_type == "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005"
