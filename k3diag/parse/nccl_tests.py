@@ -76,7 +76,11 @@ def sniff(text: str) -> float:
     lines = text.split("\n", 3000)[:3000]
     header = 0
     rows = 0
+    nccl = 0
     for line in lines:
+        if " NCCL " in line:
+            nccl += 1
+            continue
         stripped = _strip_prefix(line)
         if _NTHREAD_RE.search(stripped) or "Collective test starting" in stripped:
             header += 2
@@ -91,7 +95,9 @@ def sniff(text: str) -> float:
     if header and rows:
         return 0.9
     if rows >= 3:
-        return 0.7
+        # A table whose header was cut, under NCCL_DEBUG=INFO lines: the NCCL log reader would take it and
+        # drop the rows; this parser reads the rows and hands the NCCL lines to that reader.
+        return 0.96 if nccl else 0.7
     if any(START_RE.match(line) for line in lines[:5]):
         return 0.55  # only the command that ran a test: it names the test that follows
     return 0.0

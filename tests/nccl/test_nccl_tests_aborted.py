@@ -72,3 +72,19 @@ def test_failure_wordings_of_other_builds() -> None:
     assert failure("[1,0]<stdout>:nid006352: Test NCCL failure common.cu:958 'invalid usage (run with "
                    "NCCL_DEBUG=WARN for details)") == (
         "NCCL error at common.cu:958: 'invalid usage (run with NCCL_DEBUG=WARN for details)'")
+
+
+def test_rows_under_nccl_info_lines_without_a_header_are_read() -> None:
+    # Azure/aks-rdma-infiniband#30: the paste starts inside the NCCL_DEBUG=INFO lines, the table header is
+    # not in it, `-c 0` prints N/A for #wrong. It was read as an NCCL log and the rows were dropped.
+    name = "nccl-tests-rows-under-nccl-info-no-header-na-wrong-aks30.txt"
+    machine = build_machine([Evidence(name=name, path=FIXTURES / "bench" / name)])
+    [record] = machine.inputs
+    assert record.format == "nccl-tests" and record.warnings == []
+    [bench] = machine.benchmarks
+    assert [row.size_bytes for row in bench.rows] == [8, 32, 128, 512, 2048]
+    last = bench.rows[-1]
+    assert (last.out_of_place.busbw, last.in_place.busbw, last.in_place.wrong) == (0.09, 0.10, None)
+    assert bench.wrong_total == 0
+    # the NCCL lines still reach the NCCL view
+    assert machine.nccl and sorted(machine.nccl[0].hosts) == ["nccl-tests-worker-0", "nccl-tests-worker-1"]
