@@ -296,6 +296,14 @@ def parse(section, input_name: str) -> NcclTestsResult:
         if not (bench.rows or bench.devices or bench.avg_busbw is not None or bench.out_of_bounds is not None
                 or bench.op or bench.header_source):
             continue
+        shared = _bus_ids_shared_on_a_host(bench.devices)
+        if shared:
+            result.warnings.append(
+                f"the test header gives {len(shared)} GPUs on one host the same PCI bus "
+                f"({shared[0].source.text.split('[', 1)[-1].split(']', 1)[0]}): old nccl-tests print only the bus "
+                "number, and in a VM every GPU may sit on bus 0; their bus ids are left unknown")
+            for device in shared:
+                device.bus_id = None
         if bench.devices and not blk.duplicate_ranks:
             bench.nranks = len({d.rank for d in bench.devices})
         elif bench.n_threads and bench.n_gpus_per_thread and not blk.duplicate_ranks and not bench.devices:
@@ -349,6 +357,16 @@ def _failure_text(match: re.Match) -> str:
     last = last.strip()
     words = f"{error}: {last}" if last and last != error else error
     return f"{match.group('lib')} error at {match.group('where')}: '{words}'"
+
+
+def _bus_ids_shared_on_a_host(devices: list[NcclTestsDevice]) -> list[NcclTestsDevice]:
+    """Devices of one host whose `[0x00]`-style header (bus number only) names the same bus: such a bus id
+    is no GPU's (`0000:00:00.0` is the host bridge), so it must not be kept as one."""
+    seen: dict[tuple[str | None, str], list[NcclTestsDevice]] = {}
+    for device in devices:
+        if device.bus_id and device.source is not None and re.search(r"\[0x[0-9a-fA-F]+\]", device.source.text):
+            seen.setdefault((device.host, device.bus_id), []).append(device)
+    return [d for group in seen.values() if len({d.device for d in group}) > 1 for d in group]
 
 
 def _normalize_op(name: str) -> str:

@@ -88,3 +88,20 @@ def test_rows_under_nccl_info_lines_without_a_header_are_read() -> None:
     assert bench.wrong_total == 0
     # the NCCL lines still reach the NCCL view
     assert machine.nccl and sorted(machine.nccl[0].hosts) == ["nccl-tests-worker-0", "nccl-tests-worker-1"]
+
+
+def test_one_bus_number_for_every_gpu_is_no_bus_id() -> None:
+    # NVIDIA/nccl#583: eight A100s, each `[0x00]` (old nccl-tests print the bus number only; a VM puts all
+    # GPUs on bus 0). They were all given bus id 0000:00:00.0, the host bridge's.
+    name = "nccl-tests-8xa100-no-group-all-bus-0x00-nccl583.txt"
+    result = nccl_tests.parse(fixture_section("bench", name), name)
+    (bench,) = result.benchmarks
+    assert bench.nranks == 8 and bench.op == "all_reduce" and bench.columns[7] == "error"
+    assert [d.bus_id for d in bench.devices] == [None] * 8
+    assert [d.name for d in bench.devices] == ["NVIDIA A100-SXM4-40GB"] * 8
+    assert result.warnings == [
+        "the test header gives 8 GPUs on one host the same PCI bus (0x00): old nccl-tests print only the bus "
+        "number, and in a VM every GPU may sit on bus 0; their bus ids are left unknown"]
+    # distinct buses stay: the 2x 5090 header of nccl-tests#287
+    (other,) = nccl_tests.parse(fixture_section("bench", BEFORE_ROWS), BEFORE_ROWS).benchmarks
+    assert [d.bus_id for d in other.devices] == ["0000:21:00.0", "0000:61:00.0"]
