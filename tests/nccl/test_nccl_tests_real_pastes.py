@@ -1,6 +1,6 @@
-"""nccl-tests runs that died: `host: Test NCCL failure file:line '<error> / <last error>'` before any row
-(NVIDIA/nccl-tests#287) or after some (NVIDIA/nccl-tests#322, several hosts). The user must hear that the
-test aborted and why, not a quiet table, or nothing at all."""
+"""nccl-tests outputs as pasted: runs that died (`host: Test NCCL failure file:line ...`, before any row in
+NVIDIA/nccl-tests#287, after some in #322), rows under NCCL INFO lines without their header
+(Azure/aks-rdma-infiniband#30), one bus number for every GPU (NVIDIA/nccl#583)."""
 
 from __future__ import annotations
 
