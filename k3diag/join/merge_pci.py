@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from k3diag.model.host import HostInfo
 from k3diag.model.machine import InputRecord, Machine
+from k3diag.model.fabric import FabricManagerEvent
 from k3diag.model.pci import (
     VENDOR_AMD,
     VENDOR_NVIDIA,
+    DmesgEvent,
     PciDevice,
     PciLink,
     gen_from_speed,
@@ -116,6 +118,8 @@ def merge_dmesg(result: DmesgResult, machine: Machine, record: InputRecord) -> N
     for event in result.events:
         if (event.kind, event.bdf, event.code, event.source.text) not in known:
             state.events.append(event)
+            if event.kind == "sxid":
+                _sxid_to_fabric(event, machine)
     if result.default_domain:
         state.iommu.default_domain = result.default_domain
         for ref in result.iommu_lines:
@@ -127,6 +131,14 @@ def merge_dmesg(result: DmesgResult, machine: Machine, record: InputRecord) -> N
         parsed = interpret(result.cmdline, KernelCmdline(raw=result.cmdline, source=result.cmdline_source))
         _apply_cmdline(machine, parsed)
     update_iommu_mode(machine)
+
+
+def _sxid_to_fabric(event: DmesgEvent, machine: Machine) -> None:
+    """An NVSwitch SXid in the kernel log is the same fact as Fabric Manager's `detected NVSwitch ... error`
+    line: the fabric rules judge both. Without its `Fatal,`/`Non-fatal,` line its severity is not known."""
+    kind = {"fatal": "nvswitch-fatal", "non-fatal": "nvswitch-non-fatal"}.get(event.severity or "", "nvswitch-error")
+    machine.fabric.fabric_manager.events.append(
+        FabricManagerEvent(kind=kind, detail=str(event.code), source=event.source))
 
 
 # -- devices ------------------------------------------------------------------------------

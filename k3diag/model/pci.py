@@ -216,7 +216,7 @@ class PciDevice:
 class DmesgEvent:
     """One kernel message that matters for GPUs: an AER error, an NVIDIA Xid, a GPU off the bus."""
 
-    kind: str  # "aer" | "xid" | "fallen-off-bus"
+    kind: str  # "aer" | "xid" | "fallen-off-bus" | "sxid" (NVSwitch: severity "fatal" | "non-fatal" | None)
     bdf: str | None  # normalized; an Xid names the GPU as PCI:0000:02:00 (function 0)
     source: SourceRef
     severity: str | None = None  # AER: "corrected" | "uncorrected-nonfatal" | "uncorrected-fatal"

@@ -1,4 +1,4 @@
-"""Kernel log (`dmesg`, `dmesg -T`, `journalctl -k`): PCIe AER errors, NVIDIA Xids, IOMMU setup.
+"""Kernel log (`dmesg`, `dmesg -T`, `journalctl -k`): PCIe AER errors, NVIDIA Xids, NVSwitch SXids, IOMMU setup.
 
 Reads the lines that matter and ignores the rest: `NVRM: Xid (PCI:0000:02:00): 79, ...`,
 the multi-line "has fallen off the bus" of newer drivers (no Xid number), AER reports
@@ -52,6 +52,11 @@ _AER_ERROR_RE = lazy(
 )
 # kernels 5.x put `AER: ` before the status bits too: `pcieport 0000:00:1c.5: AER:    [ 0] RxErr    (First)`
 _AER_BIT_RE = lazy(r"(?P<bdf>" + _BDF + r"):\s+(?:AER:\s+)?\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")
+# The NVSwitch driver (HGX/DGX): one error as up to three lines with the same SXid,
+#   nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b, ...}
+#   nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt
+#   nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine instance 00
+_SXID_RE = lazy(r"nvidia-nvswitch\d*: SXid \(PCI:(?P<bdf>" + _BDF + r")\): (?P<code>\d+),\s*(?P<rest>.*)$")
 _DOMAIN_RE = lazy(r"iommu: Default domain type: (?P<type>Translated|Passthrough)", re.I)
 _CMDLINE_RE = lazy(r"(?:Kernel )?[Cc]ommand line: (?P<cmdline>.*)$")
 
@@ -84,7 +89,8 @@ def sniff(text: str) -> float:
             in_cmdline = "ommand line:" in line
         elif in_cmdline:
             wrapped += 1
-    known = sum(1 for line in lines if re.search(r"NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport ", line))
+    known = sum(1 for line in lines
+                if re.search(r"NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport |SXid \(PCI:", line))
     if stamped >= 2 and stamped * 2 >= len(lines):
         return 0.85
     if stamped >= 2 and (stamped + wrapped) * 10 >= len(lines) * 7:
@@ -158,6 +164,10 @@ def _line(body, ref, timestamp, result, last_aer, pending_fallen, gpu_at):
             result.events.append(DmesgEvent(kind="fallen-off-bus", bdf=bdf, source=origin, code=None,
                                             error_type="GPU has fallen off the bus", timestamp=timestamp))
         return last_aer, None, gpu_at, False
+    sxid = _SXID_RE.search(stripped)
+    if sxid:
+        _sxid(sxid, ref, timestamp, result)
+        return last_aer, pending_fallen, gpu_at, False
     aer = _AER_ERROR_RE.search(stripped)
     if aer:
         event = DmesgEvent(kind="aer", bdf=normalize_bdf(aer.group("bdf")), source=ref,
@@ -185,6 +195,24 @@ def _line(body, ref, timestamp, result, last_aer, pending_fallen, gpu_at):
             result.iommu_enabled = False
         result.iommu_lines.append(ref)
     return last_aer, pending_fallen, gpu_at, False
+
+
+def _sxid(match: re.Match, ref: SourceRef, timestamp: float | None, result: DmesgResult) -> None:
+    """One event per error: its `Fatal,`/`Non-fatal,` line gives the severity and the words; a `Data {...}`
+    line alone (a grep that kept only it) is still an error of that SXid, severity unknown."""
+    bdf, code, rest = normalize_bdf(match.group("bdf")), int(match.group("code")), match.group("rest").strip()
+    severity = re.match(r"(?P<sev>Fatal|Non-fatal),\s*(?P<msg>.*)$", rest, re.I)
+    last = result.events[-1] if result.events else None
+    same = last is not None and last.kind == "sxid" and last.bdf == bdf and last.code == code
+    if severity:
+        level = "fatal" if severity.group("sev").lower() == "fatal" else "non-fatal"
+        if same and last.severity is None:
+            last.severity, last.error_type, last.source = level, severity.group("msg").strip() or None, ref
+            return
+        result.events.append(DmesgEvent(kind="sxid", bdf=bdf, source=ref, code=code, severity=level,
+                                        error_type=severity.group("msg").strip() or None, timestamp=timestamp))
+    elif rest.startswith("Data") and not (same and last.severity is None):
+        result.events.append(DmesgEvent(kind="sxid", bdf=bdf, source=ref, code=code, timestamp=timestamp))
 
 
 def _xid_message(xid: re.Match) -> tuple[str | None, list[str]]:

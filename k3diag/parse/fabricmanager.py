@@ -28,14 +28,15 @@ FORMAT = "nvidia-fabricmanager-log"
 VERSION_MISMATCH = "version-mismatch"
 NVSWITCH_FATAL = "nvswitch-fatal"
 NVSWITCH_NON_FATAL = "nvswitch-non-fatal"
+NVSWITCH_ERROR = "nvswitch-error"  # an SXid in the kernel log without its severity line (k3diag.parse.dmesg)
 MULTICAST_GPU_MISSING = "multicast-gpu-missing"
 TOPOLOGY_MISMATCH = "topology-mismatch"
 NOTHING_TO_DO = "nothing-to-do"
 SERVICE_FAILED = "service-failed"
 SYSTEM_NOT_READY = "system-not-ready"
 IMEX_NOT_PERMITTED = "imex-not-permitted"
-EVENT_KINDS = (VERSION_MISMATCH, NVSWITCH_FATAL, NVSWITCH_NON_FATAL, MULTICAST_GPU_MISSING, TOPOLOGY_MISMATCH,
-               NOTHING_TO_DO, SERVICE_FAILED, SYSTEM_NOT_READY, IMEX_NOT_PERMITTED)
+EVENT_KINDS = (VERSION_MISMATCH, NVSWITCH_FATAL, NVSWITCH_NON_FATAL, NVSWITCH_ERROR, MULTICAST_GPU_MISSING,
+               TOPOLOGY_MISMATCH, NOTHING_TO_DO, SERVICE_FAILED, SYSTEM_NOT_READY, IMEX_NOT_PERMITTED)
 
 _MISMATCH_RE = re.compile(
     r"fabric manager NVIDIA GPU driver interface version\s+(?P<fm>[\d.]+)\s+(?:don'?t|doesn'?t|don’t|doesn’t)\s+"

@@ -88,7 +88,7 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec("sysfs-snapshot", "k3diag.parse.sysfs_snapshot", "k3diag.join.merge_pci:merge_sysfs", hint=r"k3diag\.sysfs-snapshot/"),
     FormatSpec("kernel-cmdline", "k3diag.parse.kernel_cmdline", "k3diag.join.merge_pci:merge_cmdline", hint=r"="),
     FormatSpec("dmesg", "k3diag.parse.dmesg", "k3diag.join.merge_pci:merge_dmesg",
-               hint=r"\[\s*\d+\.\d+\]|kernel: |NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport "),
+               hint=r"\[\s*\d+\.\d+\]|kernel: |NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport |SXid \(PCI:"),
     FormatSpec("nccl-log", "k3diag.parse.nccl_log", "k3diag.join.merge_nccl:merge_nccl_log", streaming=True,
                hint=r"[NR]CCL"),
     FormatSpec("nccl-tests", "k3diag.parse.nccl_tests", "k3diag.join.merge_bench:merge_benchmark",

@@ -113,3 +113,26 @@ def test_dmesg_ctime_quoted_with_markdown_marks() -> None:
     assert [(e.code, e.details) for e in result.events] == [
         (13, []), (13, []), (13, []), (109, ["process pt_main_thread (pid 1797828)"])]
     assert result.events[3].error_type == "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005"
+
+
+def test_nvswitch_sxid_lines_are_fabric_errors() -> None:
+    # NVIDIA/nvtrust#124: each SXid printed as `Data {...}`, `Non-fatal, Link N ...`, `Severity ...` lines
+    name = "dmesg-sxid-22013-nonfatal-three-line-nvtrust124.txt"
+    result = dmesg.parse(section(name), "d")
+    assert [(e.kind, e.bdf, e.code, e.severity, e.error_type, e.source.line) for e in result.events] == [
+        ("sxid", "0000:04:00.0", 22013, "non-fatal", f"Link {link} Minion Link DLREQ interrupt", line)
+        for link, line in ((44, 3), (45, 6), (46, 9))]
+    (finding,) = _findings(name, rule="fabric-manager-nvswitch-non-fatal")
+    assert finding.title == "The kernel log shows an NVSwitch non-fatal error (SXid 22013) (3 times)"
+    assert finding.confirm_with == "sudo dmesg -T | grep -E 'SXid|nvswitch'"
+
+
+def test_sxid_data_line_alone_has_no_severity_to_make_up() -> None:
+    # leptonai/gpud#338: `dmesg -x --time-format iso` (`kern  :err   : 2025-01-25T10:34:54,859532+00:00`), a grep
+    # that kept only the `Data {...}` line of SXid 12028; it was 'format not recognized'
+    name = "dmesg-x-iso-sxid-12028-data-only-gpud338.txt"
+    (event,) = dmesg.parse(section(name), "d").events
+    assert (event.kind, event.bdf, event.code, event.severity) == ("sxid", "0000:84:00.0", 12028, None)
+    (finding,) = _findings(name, rule="fabric-manager-nvswitch-error")
+    assert finding.severity == "warn"
+    assert finding.title == "The kernel log shows an NVSwitch error of unknown severity (SXid 12028)"

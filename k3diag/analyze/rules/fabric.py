@@ -240,6 +240,10 @@ _FM_EVENT_TEXT = {
     "nvswitch-non-fatal": ("warn", "an NVSwitch non-fatal error (SXid {detail})",
                            "Non-fatal SXids are link-level errors the switch recovered from; repeated ones predict "
                            "a failing link."),
+    "nvswitch-error": ("warn", "an NVSwitch error of unknown severity (SXid {detail})",
+                       "The NVSwitch driver logged this SXid but the lines that say whether it was fatal are not in "
+                       "the log given (a grep that kept only its `Data {...}` line). NVIDIA's SXid catalogue gives "
+                       "its severity; a fatal one takes the switch's links down until a reset."),
     "multicast-gpu-missing": ("fail", "a GPU missing from an NVLink multicast team",
                               "Fabric Manager could not find a GPU in the multicast (NVLS) team it was asked to set "
                               "up: NCCL's NVLS all-reduce fails or falls back, usually because a GPU dropped off the "
@@ -264,15 +268,19 @@ def check_nvswitch_errors(machine: Machine, earlier: list[Finding]) -> Iterable[
                                                for g in machine.gpus.values()):
             severity = "info"  # no NVSwitch to manage is normal off Blackwell NVSwitch boards
         details = sorted({e.detail for e in events if e.detail})
+        # the NVSwitch driver's own `SXid (PCI:...)` lines in the kernel log, or Fabric Manager's words
+        kernel = all("SXid (PCI:" in e.source.text for e in events)
+        reporter = "The kernel log shows" if kernel else "Fabric Manager reports"
         yield Finding(
             id=f"fabric-manager-{kind}",
             severity=severity,
             subjects=["fabric"],
-            title=f"Fabric Manager reports {what.format(detail=', '.join(details[:4]) or '?').replace(' (SXid ?)', '')}"
+            title=f"{reporter} {what.format(detail=', '.join(details[:4]) or '?').replace(' (SXid ?)', '')}"
                   + (f" ({len(events)} times)" if len(events) > 1 else ""),
             explanation=why,
             evidence=[e.source for e in events][:4],
-            confirm_with="journalctl -u nvidia-fabricmanager; grep -E 'ERROR|WARN' /var/log/fabricmanager.log",
+            confirm_with=("sudo dmesg -T | grep -E 'SXid|nvswitch'" if kernel else
+                          "journalctl -u nvidia-fabricmanager; grep -E 'ERROR|WARN' /var/log/fabricmanager.log"),
             remedy=("Look up the SXid in NVIDIA's NVSwitch error catalogue; reset the system (a fatal SXid needs "
                     "a reboot or `nvidia-smi -r` of the GPUs and switches), and open a hardware ticket if it repeats."
                     if kind.startswith("nvswitch") else
