@@ -71,3 +71,22 @@ def test_load_from_the_command_line() -> None:
 def test_banner_without_numbers() -> None:
     result = _parse("x", "============ Serving Benchmark Result ============\nTraceback (most recent call last):\n")
     assert result.runs == [] and result.warnings == ["x:1: a `Serving Benchmark Result` block without its numbers"]
+
+
+def test_banner_without_its_equals_signs() -> None:
+    # kyuz0/amd-strix-halo-vllm-toolboxes#72: pasted outside a code fence, the markdown ate the `=` runs (and the
+    # closing line); the paste also stops at `P99 TPOT (ms):` with no value
+    name = "vllm-bench-serve-text-markdown-ate-banner-rps-cut-strix72.txt"
+    assert detect(normalize((FIXTURES / name).read_text())).name == "serving-result-text"
+    (run,) = _parse(name).runs
+    assert run.source.line == 5 and run.request_rate == 4.0 and run.requests == 5 and run.failed == 0
+    assert (run.tpot.mean, run.tpot.p50, run.tpot.p99) == (132.42, 132.29, None)
+    assert run.warnings == []  # no closing line to expect: nothing says it was cut, and nothing is made up
+
+
+def test_two_blocks_of_a_sweep_are_two_runs() -> None:
+    # vllm-project/vllm-ascend#1605: `qps1` and `qps4` blocks one after another, the second cut by the excerpt
+    runs = _parse("vllm-bench-serve-text-two-blocks-qps-labels-ascend1605.txt").runs
+    assert [(r.source.line, r.request_per_s, r.duration_s) for r in runs] == [(4, 0.76, 262.49), (27, 1.49, 134.10)]
+    assert runs[0].warnings == [] and runs[0].itl.p99 == 339.63
+    assert runs[1].ttft.empty() and "cut off" in runs[1].warnings[0]

@@ -35,7 +35,9 @@ from k3diag.parse.serving import sglang_bench, vllm_bench
 from k3diag.parse.serving.common import ServingResult
 
 FORMAT = "serving-result-text"
-_BANNER_RE = re.compile(r"^\s*=+\s*Serving Benchmark Result\s*=+")
+# the `=` runs around the title; a paste rendered as markdown (GitHub turns a line of `=` into a heading
+# underline) keeps only ` Serving Benchmark Result ` and loses the closing line
+_BANNER_RE = re.compile(r"^\s*(?P<bar>=*)\s*Serving Benchmark Result\s*=*\s*$")
 _END_RE = re.compile(r"^\s*={20,}\s*$")
 _LINE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]{1,60}?):\s+(?P<value>\S+)")
 _LATENCY_RE = re.compile(
@@ -74,7 +76,7 @@ _SGLANG_ONLY = {"total_output_tokens_retokenized", "concurrency", "input_through
 
 def sniff(text: str) -> float:
     head = text[:400_000]
-    if not re.search(r"(?m)^\s*=+\s*Serving Benchmark Result\s*=+", head):
+    if not re.search(r"(?m)^\s*=*\s*Serving Benchmark Result\s*=*\s*$", head):
         return 0.0
     return 0.95 if re.search(r"(?m)^\s*(?:Successful requests|Request throughput \(req/s\)):", head) else 0.6
 
@@ -98,6 +100,7 @@ def parse(section, input_name: str) -> ServingResult:
             index += 1
             continue
         start = index
+        expects_end = bool(_BANNER_RE.match(line).group("bar"))
         doc: dict = {}
         index += 1
         while index < len(lines) and not _END_RE.match(lines[index]) and not _BANNER_RE.match(lines[index]):
@@ -118,7 +121,7 @@ def parse(section, input_name: str) -> ServingResult:
             run = sglang_bench.run_from_doc(doc, input_name, ref)
         else:
             run = vllm_bench.run_from_doc(doc, input_name, ref)
-        if not closed:
+        if not closed and expects_end:
             run.warnings.append(f"{input_name}:{ref.line}: the result block was cut off before its closing `=====` "
                                 "line; the numbers after the cut are missing")
         result.runs.append(run)
