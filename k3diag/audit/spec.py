@@ -64,6 +64,9 @@ def parse_spec(text: str, name: str = "spec.toml") -> Spec:
         raise SpecError(f"{name} is not valid TOML ({exc}); see `docs/audit.md` for the format") from None
     spec = Spec()
     for section, value in data.items():
+        if not isinstance(value, dict) and section not in _KNOWN:  # `count = 8` written above any [section]
+            raise SpecError(f"{name}: `{section} = ` stands outside a section; every key goes under [gpu] or "
+                            "[nic] ([gpu] on a line of its own, then count = 8)")
         if section not in _KNOWN:
             raise SpecError(f"{name}: unknown section [{section}]; known sections are [gpu] and [nic]")
         if not isinstance(value, dict):

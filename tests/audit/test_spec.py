@@ -68,6 +68,9 @@ def test_unknowns_name_the_command(kit) -> None:
     ("[gpu]\ncount = true", "gpu.count must be a number"),
     ("[nic]\ngpu_nic_path = \"NEAR\"", "nic.gpu_nic_path must be one of PIX, PSB, PXB, PHB, NODE, SYS"),
     ("gpu = 3", "gpu must be a table"),
+    # a key above every section is no "unknown section [count]"
+    ("count = 8\n[gpu]\nmodel = \"H100\"", "spec.toml: `count = ` stands outside a section; every key goes under "
+                                              "[gpu] or [nic]"),
 ])
 def test_bad_specs_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
