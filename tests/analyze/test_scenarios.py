@@ -102,6 +102,9 @@ def test_vm_with_a_flattened_topology_is_called_out() -> None:
     found = _by_key(analysis)
     mismatch = found["topology-path-mismatch@GPU0,GPU3"]
     assert mismatch.data["nvidia_smi"] == "PHB" and mismatch.data["pcie_tree"] == "SYS"
+    # the tree puts GPU3 on the other socket while topo -m groups it with GPU0: it decides TP groups, so it warns
+    assert mismatch.severity == "warn"
+    assert found["topology-path-mismatch@GPU0,GPU2"].severity == "info"  # PHB against NODE: one socket either way
     assert "topology-path-mismatch@GPU0,GPU1" in found  # PHB claimed, one switch in reality (PIX)
 
 

@@ -325,7 +325,9 @@ def check_topology_mismatch(machine: Machine, earlier: list[Finding]) -> Iterabl
         if derived.path is None or derived.path == reported:
             continue
         host_side = {"PIX", "PXB"}
-        crosses = (reported in host_side) != (derived.path in host_side)
+        # Either side of a switch, or of a socket: both change which TP groups are sound (a PHB pair the tree
+        # puts on two sockets would be grouped as if it shared one).
+        crosses = (reported in host_side) != (derived.path in host_side) or (reported == "SYS") != (derived.path == "SYS")
         bridge_refs = [tree.devices[b].source for b in derived.bridges[:4] if b in tree.devices]
         yield Finding(
             id="topology-path-mismatch",
