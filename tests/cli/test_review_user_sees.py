@@ -256,3 +256,15 @@ def test_a_pasted_tool_error_is_named_for_what_it_is(tmp_path: Path) -> None:
         result = runner.invoke(app, ["analyze", str(path)])
         assert result.exit_code == 3
         assert any(line.startswith(f"  {path}: {said}") for line in result.stdout.splitlines()), result.stdout
+
+
+def test_shm_between_geforce_cards_is_not_told_to_remove_settings_the_log_does_not_have() -> None:
+    # 4x RTX 4090, no topo -p2p, a vLLM log with NCCL on SHM and no NCCL_* setting: the likely cause is the
+    # stock driver's refusal (GNS), which the old fix ("Remove NCCL_P2P_DISABLE ...") did not mention.
+    seed = FIXTURES / "serving" / "seed-4x4090"
+    _, report = _json("analyze", str(seed / "bundle"), str(seed / "results" / "vllm-tp4.log"))
+    pair = next(f for f in report["findings"] if f["id"] == "nccl-same-host-pair-not-p2p"
+                and f["subjects"] == ["box4090:rank0", "box4090:rank1"])
+    assert "these are consumer GPUs, on which the stock driver refuses P2P" in pair["explanation"]
+    assert pair["remedy"].startswith("Run `nvidia-smi topo -p2p r`: GNS there means the stock driver refuses P2P on "
+                                     "these cards and SHM is the best path NCCL has")

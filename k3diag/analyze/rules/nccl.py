@@ -166,6 +166,7 @@ def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad
             reasons.append(why)
             evidence.extend(_env_evidence(run, name))
     gpus_known = gpu_a is not None and gpu_b is not None and gpu_a != gpu_b
+    consumer = False
     if gpus_known:
         ga, gb = sorted((gpu_a, gpu_b))
         la, lb = f"GPU{ga}", f"GPU{gb}"
@@ -195,7 +196,8 @@ def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad
                     evidence.append(item.source)
                 break
         names = {machine.gpus[g].name for g in (ga, gb) if g in machine.gpus and machine.gpus[g].name}
-        if not statuses and any(any(tag in n for tag in _CONSUMER) for n in names):
+        consumer = not statuses and any(any(tag in n for tag in _CONSUMER) for n in names)
+        if consumer:
             reasons.append("these are consumer GPUs, on which the stock driver refuses P2P")
     # NCCL's own classification of the path between the two GPUs
     path = _nccl_path_between(run, a, b)
@@ -237,6 +239,11 @@ def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad
         remedy=(
             "Nothing to repair on the node: keep tensor-parallel peers on GPUs that have P2P (behind one PCIe switch "
             "or socket) and put pipeline or data parallelism across these pairs." if design else
+            # consumer cards: the likely cause is the driver's own refusal, which no NCCL setting changes
+            "Run `nvidia-smi topo -p2p r`: GNS there means the stock driver refuses P2P on these cards and SHM is the "
+            "best path NCCL has (pass --disable-custom-all-reduce to vLLM/SGLang); only if it shows OK, look for "
+            "NCCL_P2P_DISABLE / NCCL_P2P_LEVEL settings and ACS/IOMMU on the bridges above both GPUs."
+            if consumer and not causes else
             "Remove NCCL_P2P_DISABLE / restrictive NCCL_P2P_LEVEL settings unless they work around a known hang; "
             "keep tensor-parallel peers on GPUs behind one PCIe switch or socket; if the driver refuses P2P "
             "(topo -p2p not OK) look at ACS/IOMMU on the bridges above both GPUs."
