@@ -96,6 +96,18 @@ def first_sentence(text: str | None, limit: int = 240) -> str:
         return ""
     for end in (". ", "; "):
         cut = text.find(end)
+        # a cut inside "(...)" or a `quoted command` would leave it open on the one line shown
+        while 0 < cut < limit and not _closed(text[:cut]):
+            cut = text.find(end, cut + 1)
         if 0 < cut < limit:
             return text[: cut + 1].rstrip(";") if end == ". " else text[:cut] + "."
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+    if len(text) <= limit:
+        return text
+    comma = text.rfind(", ", 0, limit)
+    while comma > 0 and not _closed(text[:comma]):
+        comma = text.rfind(", ", 0, comma)
+    return (text[:comma] if comma > 0 else text[:limit].rsplit(" ", 1)[0]) + " ..."
+
+
+def _closed(head: str) -> bool:
+    return head.count("(") <= head.count(")") and head.count("`") % 2 == 0

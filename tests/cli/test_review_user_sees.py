@@ -268,3 +268,15 @@ def test_shm_between_geforce_cards_is_not_told_to_remove_settings_the_log_does_n
     assert "these are consumer GPUs, on which the stock driver refuses P2P" in pair["explanation"]
     assert pair["remedy"].startswith("Run `nvidia-smi topo -p2p r`: GNS there means the stock driver refuses P2P on "
                                      "these cards and SHM is the best path NCCL has")
+
+
+def test_the_short_fix_never_cuts_inside_parentheses() -> None:
+    # The AMD remedy's first "; " sits inside "(`sudo lspci -vvv | grep ACSCtl`; ...)": the one-line Fix ended
+    # there with the parenthesis open.
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "amd" / "amd-smi-topology-2x-rx7900xtx-access-disabled-legend.txt")])
+    fixes = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("Fix: ")]
+    assert fixes
+    for fix in fixes:
+        assert fix.count("(") == fix.count(")") and fix.count("`") % 2 == 0, fix
+    # a desktop with two GPUs gets the bare-metal advice first, not "In a VM, ..."
+    assert not any(fix.startswith("Fix: In a VM") for fix in fixes)

@@ -206,8 +206,9 @@ _P2P_MEANING = {
     "NS": (
         "P2P is not supported between them, without a more specific reason (common in VMs, with IOMMU translation, "
         "or when a GPU is behind a bridge that blocks P2P)",
-        "In a VM, ask for GPUs passed through with P2P support (or bare metal). On bare metal check IOMMU (iommu=pt "
-        "or off), ACS on the bridges, and the driver version.",
+        # bare metal first: the one-line summary shows only the first sentence, and most boxes are not VMs
+        "Check the IOMMU (iommu=pt or off), ACS on the bridges above both GPUs, and the driver version. In a VM, ask "
+        "for GPUs passed through with P2P support (or bare metal).",
     ),
     "DR": (
         "P2P was disabled by a driver registry key",
