@@ -280,3 +280,11 @@ def test_the_short_fix_never_cuts_inside_parentheses() -> None:
         assert fix.count("(") == fix.count(")") and fix.count("`") % 2 == 0, fix
     # a desktop with two GPUs gets the bare-metal advice first, not "In a VM, ..."
     assert not any(fix.startswith("Fix: In a VM") for fix in fixes)
+
+
+def test_an_amd_pair_without_p2p_is_one_problem_not_two() -> None:
+    # amd-smi's ACCESS DISABLED was reported twice for one pair: amd-p2p-not-accessible (with AMD's fix) and the
+    # generic p2p-not-supported NS (with NVIDIA-minded advice), two warnings for one fact on one evidence line.
+    _, report = _json("analyze", str(FIXTURES / "amd" / "amd-smi-topology-2x-rx7900xtx-access-disabled-legend.txt"))
+    problems = [f["id"] for f in report["findings"] if f["severity"] in ("warn", "fail")]
+    assert problems == ["amd-p2p-not-accessible"]

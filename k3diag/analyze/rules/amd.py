@@ -291,6 +291,8 @@ def _p2p_finding(key: tuple[str, str], link: Link | None, origin: str, source: S
         remedy=P2P_REMEDY,
         confirm_with="amd-smi topology -a",
         data={"origin": origin, "link": link.path if link else None},
+        # what an NCCL/RCCL finding names as the cause of SHM between the pair
+        aliases=[f"p2p-not-supported@{a},{b}"],
     )
 
 

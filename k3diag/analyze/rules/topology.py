@@ -219,10 +219,14 @@ _P2P_MEANING = {
 
 
 def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    from k3diag.analyze.rules.amd import AMD_ORIGINS
+
     by_pair: dict[tuple[str, str], list[P2PStatus]] = {}
     for status in machine.p2p:
         if status.capability not in P2P_DATA_CAPABILITIES or status.status not in P2P_REFUSALS:
             continue
+        if status.origin in AMD_ORIGINS and status.status == "NS":
+            continue  # amd-p2p-not-accessible reports it with AMD's fix; one pair, one problem
         if gpu_index(status.src) is None or gpu_index(status.dst) is None:
             continue
         key = tuple(sorted((status.src, status.dst), key=lambda name: gpu_index(name) or 0))
