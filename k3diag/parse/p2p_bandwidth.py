@@ -162,7 +162,7 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
     else:
         result.warnings.append("no p2pBandwidthLatencyTest matrix or device line found")
     for problem in problems[:10]:
-        result.warnings.append(f"misaligned matrix row ({problem}); missing cells are null")
+        result.warnings.append(f"misaligned matrix row ({problem}); its missing cells are left unknown")
     return result
 
 

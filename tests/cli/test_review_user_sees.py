@@ -288,3 +288,12 @@ def test_an_amd_pair_without_p2p_is_one_problem_not_two() -> None:
     _, report = _json("analyze", str(FIXTURES / "amd" / "amd-smi-topology-2x-rx7900xtx-access-disabled-legend.txt"))
     problems = [f["id"] for f in report["findings"] if f["severity"] in ("warn", "fail")]
     assert problems == ["amd-p2p-not-accessible"]
+
+
+def test_a_cut_matrix_row_warning_is_in_words_not_json(tmp_path: Path) -> None:
+    text = (FIXTURES / "bench" / "p2pbw-6gpu-p2p-slower-than-disabled.txt").read_text(encoding="utf-8")
+    path = tmp_path / "p2p.txt"
+    path.write_text(text.replace("     1   9.90 922.37  10.01  10.22   9.64  10.22", "     1   9.90 922.37  10.01"))
+    result = runner.invoke(app, ["analyze", str(path)])
+    line = next(line for line in result.stdout.splitlines() if "misaligned matrix row" in line)
+    assert "null" not in line and line.endswith("its missing cells are left unknown")
