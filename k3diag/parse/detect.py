@@ -350,6 +350,13 @@ _TOOL_FAILURES = (
      "this is nvidia-smi's answer when it finds no NVIDIA GPU (`No devices were found`)"),
     (re.compile(r"(?:^|: )(nvidia-smi|amd-smi|rocm-smi|lspci|ibstat|ibv_devinfo)(?:\.exe)?: (?:command )?not found"),
      "the shell did not find `{0}` on that host: its output is not in this file"),
+    # the status tables pasted most often: they hold no link between GPUs, so say which output does
+    (re.compile(r"^\|\s*NVIDIA-SMI \d[\d.]*\s.*Driver Version", re.M),
+     "this is plain `nvidia-smi` (its status table), which shows no link between GPUs; give `nvidia-smi topo -m` "
+     "and `nvidia-smi -q` (or a `k3diag collect` bundle) instead"),
+    (re.compile(r"=+\s*Concise Info\s*=+"),
+     "this is plain `rocm-smi` (its concise table), which shows no link between GPUs; give `rocm-smi --showtopo` "
+     "or `amd-smi topology` (or a `k3diag collect` bundle) instead"),
 )
 
 

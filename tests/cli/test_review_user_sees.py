@@ -297,3 +297,28 @@ def test_a_cut_matrix_row_warning_is_in_words_not_json(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(path)])
     line = next(line for line in result.stdout.splitlines() if "misaligned matrix row" in line)
     assert "null" not in line and line.endswith("its missing cells are left unknown")
+
+
+PLAIN_NVIDIA_SMI = """\
+Tue Dec  1 10:12:03 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.90.07              Driver Version: 550.90.07      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|=========================================+========================+======================|
+|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |
+| N/A   33C    P0             70W /  700W |       1MiB /  81559MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def test_plain_nvidia_smi_says_which_output_to_give(tmp_path: Path) -> None:
+    # The table pasted most often: it names a GPU, so it is no "No GPU found", and the unknown says what to run.
+    path = tmp_path / "nvidia-smi.txt"
+    path.write_text(PLAIN_NVIDIA_SMI)
+    result = runner.invoke(app, ["analyze", str(path)])
+    assert f"  {path}: this is plain `nvidia-smi` (its status table), which shows no link between GPUs; give " \
+           "`nvidia-smi topo -m` and `nvidia-smi -q` (or a `k3diag collect` bundle) instead" in result.stdout.splitlines()
+    _, report = _json("analyze", str(path))
+    assert [f["id"] for f in report["findings"]] == [] and report["exit_code"] == 3

@@ -25,9 +25,11 @@ def _gpu_like_pci_devices(machine: Machine) -> list:
 
 def _tried_gpu_tool(warning: str) -> bool:
     """A bundle's record of a GPU tool that was run and failed (`nvidia-smi` is not installed...); not the
-    "format not recognized" of any saved file, whose list of readable formats names the same tools."""
-    return "format not recognized" not in warning and \
-        any(tool in warning for tool in ("nvidia-smi", "amdsmi", "amd-smi", "rocm-smi"))
+    "format not recognized" of any saved file, whose list of readable formats names the same tools, nor a
+    plain `nvidia-smi`/`rocm-smi` table, which shows GPUs."""
+    if "format not recognized" in warning or "shows no link between GPUs" in warning:  # a GPU tool's table: it ran
+        return False
+    return any(tool in warning for tool in ("nvidia-smi", "amdsmi", "amd-smi", "rocm-smi"))
 
 
 def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
