@@ -130,6 +130,7 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
             unreadable.append({"source": shape.get("source"), "node": name,
                                "problem": f"{shape.get('source')} is a second report for {name}; it was compared as "
                                           f"{name}#{seen_names[name]}"})
+            shape["host"] = name  # the real name: what a drain list must carry (`gpu001#2` is no Slurm node)
             name = f"{name}#{seen_names[name]}"
         shape["node"] = name
         label = sku_label(shape.get("sku") or {})
@@ -151,7 +152,7 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
           "hosts": fold_hosts(sorted(e["names"]))} for e in finding_nodes.values()),
         key=lambda e: (0 if e["severity"] == "fail" else 1, -e["nodes"], e["id"]),
     )
-    drain = sorted(node["node"] for node in nodes if node.get("state") == "fail")
+    drain = sorted({node.get("host") or node["node"] for node in nodes if node.get("state") == "fail"})
     states = Counter(node.get("state", "unknown") for node in nodes)
     if not nodes:
         code = EXIT_UNKNOWN

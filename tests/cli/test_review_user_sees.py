@@ -322,3 +322,15 @@ def test_plain_nvidia_smi_says_which_output_to_give(tmp_path: Path) -> None:
            "`nvidia-smi topo -m` and `nvidia-smi -q` (or a `k3diag collect` bundle) instead" in result.stdout.splitlines()
     _, report = _json("analyze", str(path))
     assert [f["id"] for f in report["findings"]] == [] and report["exit_code"] == 3
+
+
+def test_a_fleet_drain_list_names_real_hosts_only(tmp_path: Path) -> None:
+    # Two reports for one node (a re-run kept beside the first): the second is compared as gpu001#2, but the drain
+    # list is what scontrol gets, and `gpu001#2` is no node.
+    for name, bundle in (("a.json", EXAMPLE), ("b.json", EXAMPLE)):
+        result = runner.invoke(app, ["check", "--from", str(bundle), "--format", "json", "--node", "gpu001"])
+        (tmp_path / name).write_text(result.stdout)
+    result = runner.invoke(app, ["fleet", str(tmp_path)])
+    assert "drain (1): gpu001" in result.stdout.splitlines()
+    report = json.loads(runner.invoke(app, ["fleet", str(tmp_path), "--json"]).stdout)
+    assert report["drain"] == {"hosts": "gpu001", "nodes": 1}
