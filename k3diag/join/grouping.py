@@ -175,7 +175,7 @@ def describe(identity: InputIdentity) -> str:
     if identity.hostnames:
         parts.append("host " + _values(identity.hostnames))
     if identity.gpu_count is not None:
-        parts.append(f"{identity.gpu_count.value} GPUs")
+        parts.append(f"{identity.gpu_count.value} GPU{'' if str(identity.gpu_count.value) == '1' else 's'}")
     else:
         seen = max(identity.gpus_seen, len(identity.gpu_bus_ids) if len(identity.hostnames) <= 1 else 0)
         if seen:
@@ -216,7 +216,8 @@ def _bus_conflict(a: InputIdentity, b: InputIdentity) -> str | None:
         if full.gpu_count is not None and other.gpu_count is None and other_buses - full_buses:
             missing = sorted(other_buses - full_buses)[0]
             return (f"a GPU at bus {missing} ({_cite([f for f in other.gpu_bus_ids if f.value.startswith(missing)][:1] or other.gpu_bus_ids)}) "
-                    f"is not among the {full.gpu_count.value} GPUs of the other ({_bus_list(full)})")
+                    f"is not among the {full.gpu_count.value} GPU{'' if str(full.gpu_count.value) == '1' else 's'} of the other "
+                    f"({_bus_list(full)})")
     return None
 
 

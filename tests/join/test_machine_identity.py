@@ -51,7 +51,7 @@ def test_a_bus_id_missing_from_the_inventory_is_another_machine() -> None:
     machines = _machines("nvidia/csv-h100-name-busid-vbios-elided.txt", "bench/nccl-tests-h100-2nodes-header-domain-bdf.txt")
     assert len(machines.machines) == 2
     reason = _reasons(machines)[1]
-    assert "is not among the 1 GPUs of the other (0000:04:00.0)" in reason
+    assert "is not among the 1 GPU of the other (0000:04:00.0)" in reason
 
 
 def test_host_names_tell_two_machines_apart() -> None:
@@ -126,7 +126,7 @@ def test_analyze_terminal_says_so_at_the_top_and_has_one_section_per_machine() -
                                  str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt")])
     lines = result.output.split("\n")
     assert lines[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
-    assert "Machine 1 of 2: 1 GPUs, NVIDIA H800, driver 525.105.17" in result.output
+    assert "Machine 1 of 2: 1 GPU, NVIDIA H800, driver 525.105.17" in result.output
     assert "Machine 2 of 2: 8 GPUs" in result.output
     assert result.output.count("Verdict [") == 2
 
