@@ -120,9 +120,10 @@ def sku_of(report: dict) -> dict:
 
 
 def sku_label(sku: dict) -> str:
-    gpus = f"{sku.get('gpu_count', 0)}x {sku['gpu_model']}" if sku.get("gpu_model") else (
-        f"{sku.get('gpu_count', 0)} GPUs (model not in the evidence)" if sku.get("gpu_count") else "no GPU")
-    parts = [gpus, f"{sku.get('nic_count', 0)} NIC"]
+    gpu_count, nic_count = sku.get("gpu_count", 0), sku.get("nic_count", 0)
+    gpus = f"{gpu_count}x {sku['gpu_model']}" if sku.get("gpu_model") else (
+        f"{gpu_count} GPU{'' if gpu_count == 1 else 's'} (model not in the evidence)" if gpu_count else "no GPU")
+    parts = [gpus, f"{nic_count} NIC{'' if nic_count == 1 else 's'}"]
     if sku.get("board"):
         parts.append(str(sku["board"]))
     return ", ".join(parts)

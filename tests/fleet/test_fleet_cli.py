@@ -25,7 +25,7 @@ def test_terminal_names_the_outliers_what_differs_and_the_drain_list(fleet_dir: 
     assert out.splitlines()[0] == "k3diag fleet: 7 node(s) in 2 group(s): 2 fail, 5 ok; 2 outlier(s)"
     assert "drain (2): gpu004,l40s-01" in out
     assert "outliers: gpu[004,006]" in out
-    assert "group 8x NVIDIA H100 80GB HBM3, 0 NIC: 6 node(s) (1 fail, 5 ok): gpu[001-006]" in out
+    assert "group 8x NVIDIA H100 80GB HBM3, 0 NICs: 6 node(s) (1 fail, 5 ok): gpu[001-006]" in out
     assert "GPU3 PCIe width: x8 of x16 (majority x16 of x16 on 5 of 6)" in out
     assert "evidence: gpu004:evidence/nvml-readings.json: GPU3 nvmlDeviceGetCurrPcieLinkGeneration=5" in out
     assert "driver version: 550.54.15 (majority 535.129.03 on 5 of 6)" in out
