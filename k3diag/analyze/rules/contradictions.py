@@ -26,6 +26,14 @@ def check_link_readings(machine: Machine, earlier: list[Finding]) -> Iterable[Fi
         if len(paths) < 2:
             continue
         described = "; ".join(f"{link.origin} says {link.path}" for link in links)
+        sources = [link.source for link in links if link.source is not None]
+        # `for h in a b; do ssh $h nvidia-smi topo -m; done > all.txt`: two machines' outputs in one file, no
+        # host named, are read as one machine; that is the likeliest reason when one format contradicts itself.
+        one_file = (len({ref.input for ref in sources}) == 1 and len(sources) == len(links)
+                    and len({link.origin for link in links}) == 1)
+        remedy = ("Both readings are in one file: if it holds the outputs of two machines (a loop over hosts), "
+                  "split it per host, or keep each host's prompt line (`user@host:~$ nvidia-smi topo -m`) above "
+                  "its output so k3diag can tell them apart. " if one_file else "")
         yield Finding(
             id="link-readings-disagree",
             severity="warn",
@@ -36,8 +44,8 @@ def check_link_readings(machine: Machine, earlier: list[Finding]) -> Iterable[Fi
                 "sees a flattened view (VMs and containers often present a synthetic PCIe topology)."
             ),
             evidence=[link.source for link in links if link.source is not None],
-            remedy="Collect again on the host itself (not in a VM) with `k3diag collect -o bundle.tar.gz` and compare; "
-                   "trust the physical PCIe tree (`sudo lspci -tv`) over a virtualized view.",
+            remedy=remedy + "Collect again on the host itself (not in a VM) with `k3diag collect -o bundle.tar.gz` "
+                   "and compare; trust the physical PCIe tree (`sudo lspci -tv`) over a virtualized view.",
             data={"readings": [{"origin": link.origin, "path": link.path} for link in links]},
         )
 
