@@ -78,6 +78,30 @@ def sniff(text: str) -> float:
     return min(score, 1.0)
 
 
+def filled_lines(section: Section, input_name: str) -> Iterator[tuple[str, SourceRef]]:
+    """The non-blank lines of a section (trailing blanks trimmed), each with its reference."""
+    for offset, raw in enumerate(normalize(section.text).split("\n")):
+        line = raw.rstrip()
+        if line.strip():
+            yield line, SourceRef(input_name, section.first_line + offset, line)
+
+
+def read_port_value(port: IbPort, key: str, value: str, ref: SourceRef) -> None:
+    """One port line's value into the port, by ibstat's name for it (`state`, `physical state`, `rate`,
+    `link layer`; other keys are left alone); ibstatus maps its own names to these."""
+    if key == "state":
+        port.state = port_state(value)
+        port.source = ref
+    elif key == "physical state":
+        port.physical_state = value or None
+    elif key == "rate":
+        port.rate_text = value or None
+        number = re.match(r"^([\d.]+)", value)
+        port.rate_gbps = float(number.group(1)) if number else None
+    elif key == "link layer":
+        port.link_layer = value or None
+
+
 def device_port_lines(section: Section, input_name: str, device_re: re.Pattern[str], port_re: re.Pattern[str],
                       result: RdmaResult) -> Iterator[tuple[RdmaDevice, IbPort | None, str, SourceRef]]:
     """The lines inside each device block with the device and port they belong to (ibstat and ibv_devinfo
@@ -85,11 +109,7 @@ def device_port_lines(section: Section, input_name: str, device_re: re.Pattern[s
     ports are created, in `result`, as their headers appear; lines before the first device are skipped."""
     device: RdmaDevice | None = None
     port: IbPort | None = None
-    for offset, raw in enumerate(normalize(section.text).split("\n")):
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        ref = SourceRef(input_name, section.first_line + offset, line)
+    for line, ref in filled_lines(section, input_name):
         header = device_re.match(line)
         if header:
             device = RdmaDevice(name=header.group("name"), source=ref)
@@ -119,17 +139,7 @@ def parse(section: Section, input_name: str) -> RdmaResult:
             elif key == "firmware version":
                 device.firmware = value or None
             continue
-        if key == "state":
-            port.state = port_state(value)
-            port.source = ref
-        elif key == "physical state":
-            port.physical_state = value or None
-        elif key == "rate":
-            port.rate_text = value
-            number = re.match(r"^([\d.]+)", value)
-            port.rate_gbps = float(number.group(1)) if number else None
-        elif key == "link layer":
-            port.link_layer = value or None
+        read_port_value(port, key, value, ref)
     if not result.devices:
         result.warnings.append(f"{input_name}: no `CA 'name'` block in this ibstat output")
     return result

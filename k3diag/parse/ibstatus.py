@@ -18,8 +18,7 @@ from __future__ import annotations
 import re
 
 from k3diag.model.fabric import IbPort
-from k3diag.model.source import SourceRef
-from k3diag.parse.ibstat import RdmaDevice, RdmaResult, port_state
+from k3diag.parse.ibstat import RdmaDevice, RdmaResult, filled_lines, read_port_value
 from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibstatus"
@@ -41,11 +40,7 @@ def parse(section: Section, input_name: str) -> RdmaResult:
     result = RdmaResult(tool=FORMAT)
     devices: dict[str, RdmaDevice] = {}
     port: IbPort | None = None
-    for offset, raw in enumerate(normalize(section.text).split("\n")):
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        ref = SourceRef(input_name, section.first_line + offset, line)
+    for line, ref in filled_lines(section, input_name):
         header = _HEADER_RE.match(line)
         if header:
             name = header.group("name")
@@ -60,18 +55,11 @@ def parse(section: Section, input_name: str) -> RdmaResult:
         if port is None or kv is None:
             continue
         key, value = kv.group("key"), kv.group("value")
-        if key == "state":
-            port.state = port_state(value)
-            port.source = ref
-        elif key == "phys state":
+        if key == "phys state":
             phys = _PHYS_RE.match(value)
-            port.physical_state = (phys.group("word") if phys else value) or None
-        elif key == "rate":
-            port.rate_text = value or None
-            number = re.match(r"^([\d.]+)", value)
-            port.rate_gbps = float(number.group(1)) if number else None
-        elif key == "link_layer":
-            port.link_layer = value or None
+            read_port_value(port, "physical state", phys.group("word") if phys else value, ref)
+        else:
+            read_port_value(port, "link layer" if key == "link_layer" else key, value, ref)
     if not result.devices:
         result.warnings.append(f"{input_name}: no `Infiniband device '...' port N status:` block in this ibstatus output")
     return result
