@@ -326,7 +326,9 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
         no_gpu = next((f for f in findings if f.id == "no-gpu-found"), None)
         if no_gpu is not None:
             first = lead if lead is not None and lead.severity == "fail" else no_gpu
-            text = (f"No GPU was found, so this machine cannot be assessed: {first.explanation.rstrip('.')}."
+            # the finding's own "No NVIDIA or AMD GPU was found on this host: " would say it twice in one line
+            why = first.explanation.rstrip(".").removeprefix("No NVIDIA or AMD GPU was found on this host: ")
+            text = (f"No GPU was found, so this machine cannot be assessed: {why}."
                     if first is no_gpu else f"{first.title}; no GPU was found, so this machine cannot be assessed.")
             return Verdict("none", text, None, status, first.key,
                            [{"what": "a GPU", "command": no_gpu.confirm_with or "nvidia-smi -L"}])

@@ -354,3 +354,18 @@ def test_two_machines_matrices_in_one_file_get_the_fix_that_separates_them(tmp_p
                         + (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text())
     result = runner.invoke(app, ["analyze", str(prompted)])
     assert result.stdout.splitlines()[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
+
+
+def test_no_gpu_verdict_says_no_gpu_once(tmp_path: Path) -> None:
+    # A bundle from a host without a GPU: the verdict read "cannot be assessed: No NVIDIA or AMD GPU was found on
+    # this host: ..." (the same fact twice in the first line an SRE reads).
+    from k3diag.analyze.engine import run_rules
+    from k3diag.analyze.verdict import decide_verdict
+    from k3diag.model.machine import InputRecord, Machine
+
+    machine = Machine(live=True)
+    machine.inputs.append(InputRecord(path="host-readings.json", format="host-readings"))
+    machine.note("nvml", "the NVIDIA driver library libnvidia-ml.so.1 was not found")
+    verdict = decide_verdict(machine, run_rules(machine), None)
+    assert verdict.text == ("No GPU was found, so this machine cannot be assessed: the NVIDIA driver library "
+                            "libnvidia-ml.so.1 was not found.")
