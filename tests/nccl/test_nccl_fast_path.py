@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,26 @@ def test_a_cut_part_keeps_no_thread_per_process_it_saw(tmp_path: Path) -> None:
     processes = info["jobs"] * info["ranks_per_job"] // 2  # the processes that ran in the second half
     assert processes > 300 and len(part.threads) < 64, (processes, len(part.threads))
     assert _canon(pool.parse_file(path, str(path), workers=2)) == _exact(path)
+
+
+_COLOURED_WORDS = re.compile(r"(GPU/[0-9A-Fa-f-]+|NET/[0-9A-Fa-f-]+|\bvia\b|NCCL INFO|NCCL WARN|P2P/\S+|Init COMPLETE)")
+
+
+@pytest.mark.parametrize("name", ["nccl-2.2x-8x4090-graph-gpu-paths-two-sockets.log", "nccl-2.12-2nodes-ipc-read-ib-gdrdma.log",
+                                  "nccl-2.2x-h100-graph-net-paths-new-format.log"])
+def test_colour_codes_around_single_words_change_nothing(tmp_path: Path, name: str) -> None:
+    """A real log saved from a coloured terminal (`grep --color=always`, a launcher colouring words):
+    the codes around single words hid them from every pattern (8 GPUs and 22 paths read as none). Both
+    paths read it as the plain log, and the evidence quotes the lines without the codes."""
+    clean_path = fixture_path("nccl", name)
+    clean = clean_path.read_text(encoding="utf-8")
+    coloured = "\x1b]0;user@host: ~\x07" + _COLOURED_WORDS.sub("\x1b[01;31m\x1b[K\\1\x1b[m\x1b[K", clean)
+    assert coloured.count("\x1b[01;31m") > 20
+    path = tmp_path / name
+    path.write_text(coloured, encoding="utf-8")
+    expected = _exact(clean_path)
+    assert exact_of_text(coloured, str(clean_path)) == expected
+    assert _canon(parse_bytes(coloured.encode("utf-8"), str(clean_path))) == expected
+    for workers in (1, 2):
+        assert _canon(pool.parse_file(path, str(clean_path), workers=workers)) == expected
+    assert "\x1b" not in expected

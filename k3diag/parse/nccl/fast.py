@@ -23,6 +23,7 @@ from operator import contains, itemgetter
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.lines import _BATCH_WORDS, _FEW, _UNKNOWN, _UNPARSED
 from k3diag.parse.nccl.state import ConnAgg, channel_code
+from k3diag.parse.text import strip_ansi
 
 MIN_BLOCK_LINES = 8  # shorter runs of one header are not worth the set-up: exact path
 SHORT_RUNS_BEFORE_SKIP = 32  # an interleaved stretch: stop looking for runs for a while
@@ -96,6 +97,10 @@ class FastFeed:
             self._codes = _Codes()
             self._rest_bytes: dict[bytes, object] = {}
             self._kinds: dict[bytes, str] = {}
+        if b"\x1b" in chunk:
+            # colour codes (`grep --color=always`, coloured launcher prefixes) go before anything is read, as
+            # on the exact path; no sequence spans a newline, so line numbers stay; undecodable bytes stay
+            chunk = strip_ansi(chunk.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         clean = chunk.isascii() and b"\x00" not in chunk and b"\r" not in chunk
         match = P.SAME_PREFIX_RUN_RE.match
         find = chunk.find

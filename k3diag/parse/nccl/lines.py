@@ -14,13 +14,16 @@ from typing import Iterable
 from k3diag.model.nccl import transport_of
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.state import ConnAgg, Thread, channel_code
+from k3diag.parse.text import strip_ansi
 
 _UNPARSED = "unparsed"
 _FEW = 8  # up to this many lines, `feed` reads them one by one (`_feed_few`)
 # what a line outside any NCCL record may hold and still be read (`_other`: NULs, bad bytes, SHM paths)
 _ODD_WORDS = ("\x00", "\ufffd", "/dev/shm")
 # words `feed` looks for in every line, which a caller can rule out for a whole text at once
-_BATCH_WORDS = ("Pid", ": opCount ") + _ODD_WORDS
+# ESC: a log saved from a coloured terminal (`grep --color=always`, a launcher's coloured prefixes)
+_ESC = "\x1b"
+_BATCH_WORDS = ("Pid", ": opCount ", _ESC) + _ODD_WORDS
 _UNKNOWN = "unknown"
 
 
@@ -38,11 +41,16 @@ class LineFeed:
         base = first_line
         check_pid = "Pid" not in absent
         check_coll = ": opCount " not in absent
+        check_esc = _ESC not in absent
         odd_words = [word for word in _ODD_WORDS if word not in absent]
         while True:
             batch = list(islice(iterator, P.BATCH))
             if not batch:
                 break
+            if check_esc and any(map(contains, batch, repeat(_ESC))):
+                # colour codes around single words would hide them from every pattern: the lines are read,
+                # and quoted, without them (as `SourceRef.text` promises)
+                batch = [strip_ansi(raw) if _ESC in raw else raw for raw in batch]
             mask = map(contains, batch, repeat("CCL"))
             if check_pid:
                 mask = map(or_, mask, map(contains, batch, repeat("Pid")))
@@ -57,6 +65,7 @@ class LineFeed:
     def _feed_few(self, lines: list[str], first_line: int) -> None:
         """`feed` for a handful of lines (a main thread's two lines between two ranks' init blocks):
         the same filters line by line, without the batch's fixed cost of a dozen C-level passes."""
+        lines = [strip_ansi(raw) if _ESC in raw else raw for raw in lines]
         self._feed_selected([(first_line + offset, raw) for offset, raw in enumerate(lines)
                              if ("CCL" in raw or "Pid" in raw) and ": opCount " not in raw])
         self._feed_odd(lines, first_line)
