@@ -21,7 +21,7 @@ from itertools import compress, count, repeat
 from operator import contains, itemgetter
 
 from k3diag.parse.nccl import patterns as P
-from k3diag.parse.nccl.lines import _BATCH_WORDS, _FEW, _UNKNOWN, _UNPARSED
+from k3diag.parse.nccl.lines import _BATCH_WORDS, _FEW, _UNKNOWN, _UNPARSED, NO_ESC
 from k3diag.parse.nccl.state import ConnAgg, channel_code
 from k3diag.parse.text import strip_ansi
 
@@ -148,7 +148,7 @@ class FastFeed:
         before = self.lines_total
         # a word absent from the whole text (one C-level search) need not be looked for line by line
         self.feed(lines, lineno, frozenset(word for word in _BATCH_WORDS if word not in text)
-                  if len(lines) > _FEW else frozenset())
+                  if len(lines) > _FEW else NO_ESC)  # `feed_bytes` dropped the colour codes
         return lineno + (self.lines_total - before)
 
     def _block(self, block: bytes, prefix: bytes, nlines: int, lineno: int, clean: bool) -> int:

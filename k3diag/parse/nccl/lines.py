@@ -24,6 +24,7 @@ _ODD_WORDS = ("\x00", "\ufffd", "/dev/shm")
 # ESC: a log saved from a coloured terminal (`grep --color=always`, a launcher's coloured prefixes)
 _ESC = "\x1b"
 _BATCH_WORDS = ("Pid", ": opCount ", _ESC) + _ODD_WORDS
+NO_ESC = frozenset((_ESC,))  # `absent` for text whose colour codes were dropped already (`FastFeed.feed_bytes`)
 _UNKNOWN = "unknown"
 
 
@@ -35,6 +36,8 @@ class LineFeed:
         `_BATCH_WORDS` the caller knows no line holds (it searched their whole text once), whose
         per-line passes are then left out."""
         if lines.__class__ is list and len(lines) <= _FEW:
+            if _ESC not in absent:
+                lines = [strip_ansi(raw) if _ESC in raw else raw for raw in lines]
             self._feed_few(lines, first_line)
             return
         iterator = iter(lines)
@@ -65,7 +68,6 @@ class LineFeed:
     def _feed_few(self, lines: list[str], first_line: int) -> None:
         """`feed` for a handful of lines (a main thread's two lines between two ranks' init blocks):
         the same filters line by line, without the batch's fixed cost of a dozen C-level passes."""
-        lines = [strip_ansi(raw) if _ESC in raw else raw for raw in lines]
         self._feed_selected([(first_line + offset, raw) for offset, raw in enumerate(lines)
                              if ("CCL" in raw or "Pid" in raw) and ": opCount " not in raw])
         self._feed_odd(lines, first_line)
