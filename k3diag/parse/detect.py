@@ -16,6 +16,7 @@ from typing import Iterator
 
 from k3diag.evidence import has_c0_controls
 from k3diag.parse.hints import fold
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
 
@@ -243,7 +244,8 @@ def _slice(text: str, start: int, end: int, blanked: list[int], file_end: int) -
     """The text from `start` to `end` without its final newline; blanked lines keep their newline
     (so the line numbers of what follows hold) but lose their content. A piece that ends where the
     text does when its final newline was left out (`file_end` past the end) has none to lose."""
-    if end > start and end <= len(text) and text[end - 1 : end] == "\n" and not end == len(text) < file_end:
+    ends_file_without_newline = end == len(text) < file_end  # its newline was left out when read
+    if end > start and end <= len(text) and text[end - 1 : end] == "\n" and not ends_file_without_newline:
         end -= 1
     if not blanked:
         return text[start:end]
@@ -339,22 +341,22 @@ def command_format(command: str | None) -> str | None:
 # What GPU tools print instead of their output when they fail: pasted as often as the output itself, and saying
 # more than "format not recognized" (these phrasings are nvidia-smi's and the shell's own).
 _TOOL_FAILURES = (
-    (re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"),
+    (lazy(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"),
      "this is nvidia-smi's error, not its output: nvidia-smi could not communicate with the NVIDIA driver (the "
      "kernel module is not loaded, or it no longer matches after an update: `lsmod | grep nvidia`, "
      "`sudo dmesg | grep -i NVRM`)"),
-    (re.compile(r"Failed to initialize NVML: Driver/library version mismatch"),
+    (lazy(r"Failed to initialize NVML: Driver/library version mismatch"),
      "this is nvidia-smi's error, not its output: the loaded NVIDIA kernel module and the user-space library "
      "differ (a driver update without a reboot: reboot, or reload the nvidia modules)"),
-    (re.compile(r"^No devices were found\s*$", re.M),
+    (lazy(r"^No devices were found\s*$", re.M),
      "this is nvidia-smi's answer when it finds no NVIDIA GPU (`No devices were found`)"),
-    (re.compile(r"(?:^|: )(nvidia-smi|amd-smi|rocm-smi|lspci|ibstat|ibv_devinfo)(?:\.exe)?: (?:command )?not found"),
+    (lazy(r"(?:^|: )(nvidia-smi|amd-smi|rocm-smi|lspci|ibstat|ibv_devinfo)(?:\.exe)?: (?:command )?not found"),
      "the shell did not find `{0}` on that host: its output is not in this file"),
     # the status tables pasted most often: they hold no link between GPUs, so say which output does
-    (re.compile(r"^\|\s*NVIDIA-SMI \d[\d.]*\s.*Driver Version", re.M),
+    (lazy(r"^\|\s*NVIDIA-SMI \d[\d.]*\s.*Driver Version", re.M),
      "this is plain `nvidia-smi` (its status table), which shows no link between GPUs; give `nvidia-smi topo -m` "
      "and `nvidia-smi -q` (or a `k3diag collect` bundle) instead"),
-    (re.compile(r"=+\s*Concise Info\s*=+"),
+    (lazy(r"=+\s*Concise Info\s*=+"),
      "this is plain `rocm-smi` (its concise table), which shows no link between GPUs; give `rocm-smi --showtopo` "
      "or `amd-smi topology` (or a `k3diag collect` bundle) instead"),
 )

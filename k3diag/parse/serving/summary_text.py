@@ -32,7 +32,7 @@ import re
 
 from k3diag.model.source import SourceRef
 from k3diag.parse.serving import sglang_bench, vllm_bench
-from k3diag.parse.serving.common import ServingResult
+from k3diag.parse.serving.common import ServingResult, num
 
 FORMAT = "serving-result-text"
 # the `=` runs around the title; a paste rendered as markdown (GitHub turns a line of `=` into a heading
@@ -95,7 +95,7 @@ def parse(section, input_name: str) -> ServingResult:
         for key, arg_re in _LOAD_ARG_RES:
             arg = arg_re.search(line)
             if arg:
-                load[key] = _number(arg.group("v"))
+                load[key] = num(arg.group("v").rstrip(","))
         if not _BANNER_RE.match(line):
             index += 1
             continue
@@ -137,7 +137,7 @@ def _read_line(line: str, doc: dict) -> None:
     label, value = match.group("label").strip(), match.group("value")
     if value.lower() in ("not", "none", "n/a"):  # `Max request concurrency: not set`
         return
-    number = _number(value)
+    number = num(value.rstrip(","))
     latency = _LATENCY_RE.match(label)
     if latency:
         metric = {"E2E Latency": "e2e_latency"}.get(latency.group("metric"), latency.group("metric").lower())
@@ -149,13 +149,3 @@ def _read_line(line: str, doc: dict) -> None:
     if key is None:
         return
     doc[key] = value if key == "backend" else number
-
-
-def _number(text: str) -> float | int | None:
-    cleaned = text.rstrip(",")
-    if cleaned.lower() == "inf":
-        return float("inf")
-    try:
-        return int(cleaned) if re.fullmatch(r"-?\d+", cleaned) else float(cleaned)
-    except ValueError:
-        return None
