@@ -21,17 +21,22 @@ from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
 
 FORMAT = "dmesg"
 
+# The stamps a kernel log line starts with, shared by the prefix reader and the sniffer:
+# journalctl / syslog `Sep 19 16:18:04 host kernel: `, a localized month (`фев 12 00:48:02`), a paste that
+# collapsed `May  6` to `May 6`, the host left out; ISO stamps (`journalctl -o short-iso`, rsyslog on Ubuntu
+# 24.04, `dmesg --time-format iso`); dmesg's `[  12.345]` and `dmesg -T`'s `[Sat Oct 12 18:38:44 2024]`.
+_QUOTE_PRIORITY = r"^(?:>\s?)?(?:<\d+>)?"  # a `> ` quote mark (e-mail, markdown), a syslog priority `<4>`
+_JOURNAL_STAMP = r"\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)? kernel: "
+_ISO_STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[-+]\d\d:?\d\d)?"
+_BRACKET_STAMP = r"\[(?:\s*(?P<ts>\d+\.\d+)|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4})\]"
 _PREFIX_RE = lazy(
-    r"^(?:>\s?)?(?:<\d+>)?"  # a `> ` quote mark (e-mail, markdown), a syslog priority `<4>`
-    r"(?:[a-z]+\s*:[a-z]+\s*: )?"  # `dmesg -x`: `kern  :err   : `
-    # journalctl / syslog: `Sep 19 16:18:04 host kernel: `, a localized month (`фев 12 00:48:02`), a paste that
-    # collapsed `May  6` to `May 6`, the host left out, ISO stamps (`journalctl -o short-iso`, rsyslog on
-    # Ubuntu 24.04, `dmesg --time-format iso`), or only `kernel: ` left by a grep
-    r"(?:(?:\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)? kernel: )"
-    r"|(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[-+]\d\d:?\d\d)?(?: \S+ kernel:)? )"
-    r"|kernel: )?"
-    r"(?:\[\s*(?P<ts>\d+\.\d+)\]\s?|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4}\]\s?)?"
+    _QUOTE_PRIORITY
+    + r"(?:[a-z]+\s*:[a-z]+\s*: )?"  # `dmesg -x`: `kern  :err   : `
+    + r"(?:(?:" + _JOURNAL_STAMP + r")|(?:" + _ISO_STAMP + r"(?: \S+ kernel:)? )|kernel: )?"  # or `kernel: ` (a grep)
+    + r"(?:" + _BRACKET_STAMP + r"\s?)?"
 )
+# a line that carries a stamp (what `sniff` counts), behind a quote mark or priority at most
+_STAMPED_RE = lazy(_QUOTE_PRIORITY + r"(?:" + _BRACKET_STAMP + "|" + _JOURNAL_STAMP + "|" + _ISO_STAMP + r" \S+ kernel: )")
 _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 # `NVRM: Xid (PCI:0000:02:00): 79, ...`; drivers before ~2013 left out `PCI:` (`NVRM: Xid (0000:01:00): 13, ...`);
 # MIG adds the instances: `(PCI:0000:01:00 GPU-I:05 GPU-CI:00)` (the driver's format strings in krcReportXid)
@@ -80,11 +85,7 @@ def sniff(text: str) -> float:
     wrapped = 0  # continuation lines of a command line a terminal wrapped
     in_cmdline = False
     for line in lines:
-        # `[  12.345]`, `dmesg -T`'s `[Sat Oct 12 18:38:44 2024]`, either behind a `> ` quote mark
-        if re.match(r"^(?:>\s?)?(?:<\d+>)?\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4})\]",
-                    line) or re.match(
-                r"^(?:\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)?|\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[-+][\d:]+)? \S+) kernel: ",
-                line):
+        if _STAMPED_RE.match(line):
             stamped += 1
             in_cmdline = "ommand line:" in line
         elif in_cmdline:
