@@ -42,6 +42,8 @@ _TAG_ACTIONS = {tag[5:].encode(): action for tag, action in P.TAG_ACTIONS.items(
 _TAG_NEEDS = {tag[5:].encode(): need.encode() for tag, need in P.TAG_NEEDS.items()}
 _COUNT_NEEDS = P.COUNT_TAG_NEEDS.encode()
 MAX_KINDS = 20_000
+_COMM_STARTS = ("ncclCommInitRank comm 0x", "comm 0x")  # the communicator lines `_info` sends to `_comm`
+MAX_PLANS = 4_096  # distinct stretches of `Channel` lines whose fold is remembered (`_fold`)
 # words the exact path looks for in a whole line, which a launcher prefix could hold: such runs go there
 _HEAD_WORDS = tuple(need for need in _TAG_NEEDS.values()) + (_COUNT_NEEDS, b" -> ")
 # what a line other than a `Channel` line is, by its text alone (cached per distinct text)
@@ -97,6 +99,7 @@ class FastFeed:
             self._codes = _Codes()
             self._rest_bytes: dict[bytes, object] = {}
             self._kinds: dict[bytes, str] = {}
+            self._plans: dict[tuple, object] = {}
         if b"\x1b" in chunk:
             # colour codes (`grep --color=always`, coloured launcher prefixes) go before anything is read, as
             # on the exact path; no sequence spans a newline, so line numbers stay; undecodable bytes stay
@@ -156,10 +159,13 @@ class FastFeed:
         if (not clean and (not block.isascii() or b"\x00" in block or b"\r" in block)) \
                 or prefix.count(b" NCCL ") != 1 or any(map(prefix.__contains__, _HEAD_WORDS)):
             return self._exact_bytes(block, lineno)
-        # every line begins with the prefix: strip it at the line starts only (a glued record of the
-        # same thread inside a line stays as it is)
-        lines = block[len(prefix):].replace(b"\n" + prefix, b"\n").split(b"\n")
-        lines[-1] = b""  # sentinel: the block ends with a newline
+        # every line begins with the prefix: cut at each line end followed by it, so the prefix goes at
+        # the line starts only (a glued record of the same thread inside a line stays as it is), with no
+        # copy of the block made first
+        lines = block.split(b"\n" + prefix)
+        lines[0] = lines[0][len(prefix):]
+        lines[-1] = lines[-1][:-1]  # the block ends with a newline
+        lines.append(b"")  # sentinel
         chan = list(map(bytes.startswith, lines, repeat(_CHAN)))
         pre = prefix[:-11].decode()
         head = prefix.decode()
@@ -220,6 +226,8 @@ class FastFeed:
 
     def _kind_of(self, body: bytes) -> str:
         kind = _kind(body)
+        if kind is _CUT:
+            return kind  # a communicator line names its own pointer: its text does not recur
         if len(self._kinds) >= MAX_KINDS:
             self._kinds.clear()
         self._kinds[body] = kind
@@ -264,6 +272,10 @@ class FastFeed:
 
     def _read(self, body: bytes, head: str, pre: str, lineno: int) -> None:
         text = body.decode()
+        if text.startswith(_COMM_STARTS):
+            # what `_info` does with such a line (no other branch before it takes one): straight there
+            self._comm(head + text, text.rstrip(), pre, lineno)
+            return
         # what `_record` does for an INFO line, less the counting and host (done for the block)
         self._info(head + text, text.rstrip(), pre, lineno)
 
@@ -271,45 +283,24 @@ class FastFeed:
               among: list[bool] | None = None) -> bool:
         """Fold the `Channel` lines `conn` of lines [start, end) (those of them marked in `among`, when
         given); False (and nothing changed) if the exact path must read them."""
-        parts = list(map(bytes.partition, conn, repeat(_SEP)))
-        codes = list(map(self._codes.__getitem__, map(_HEAD, parts)))
-        if _INVALID in codes:
+        # The same stretch of lines recurs, prefix aside: every job on a cluster, every tensor-parallel group
+        # of a job (local ranks print the same peers). Its plan is made once per distinct stretch.
+        plans = self._plans
+        stretch = tuple(conn)
+        plan = plans.get(stretch)
+        if plan is None:
+            plan = self._plan(conn)
+            if len(plans) >= MAX_PLANS:
+                plans.clear()
+            plans[stretch] = plan
+        if plan is False:
             return False
-        rest_list = list(map(_REST, parts))
-        first_rest = rest_list[0]
-        if rest_list.count(first_rest) == len(rest_list):
-            groups = {first_rest: [0, set(codes)]}
-        else:
-            # per distinct rest: its first line (the evidence, and the order keys are created in) and codes
-            groups = {}
-            for index, rest, code in zip(count(), rest_list, codes):
-                group = groups.get(rest)
-                if group is None:
-                    groups[rest] = [index, {code}]
-                else:
-                    group[1].add(code)
-        cache = self._rest_bytes
-        parsed_of = {}
-        for rest in groups:
-            parsed = cache.get(rest)
-            if parsed is None:
-                parsed = self.parse_rest(rest.decode())
-                if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
-                        or _OPCOUNT in rest:
-                    parsed = _UNPARSED  # for the exact path to read (and count) line by line
-                if len(cache) >= P.MAX_REST_CACHE:
-                    cache.clear()
-                cache[rest] = parsed
-            if parsed is _UNPARSED:
-                return False
-            parsed_of[rest] = parsed
         inst = thread.current
         target = inst.conns if inst is not None else thread.pending
-        if len(target) + len(groups) > P.MAX_CONN_KEYS_PER_INSTANCE:
+        if len(target) + len(plan) > P.MAX_CONN_KEYS_PER_INSTANCE:
             return False  # the bound decides which keys are kept: line by line
         numbers = None
-        for rest, (first, group_codes) in groups.items():
-            parsed = parsed_of[rest]
+        for first, group_codes, parsed in plan:
             key = parsed[0]
             agg = target.get(key)
             if agg is None:
@@ -325,6 +316,43 @@ class FastFeed:
                                             head + line.decode())
             agg.codes.update(group_codes)
         return True
+
+    def _plan(self, conn: list[bytes]) -> "tuple | bool":
+        """What folding the lines `conn` does, whatever thread printed them: per distinct text after
+        ` : ` (in the order first seen), its first line's index, the (channel, connIndex) codes of its
+        lines and the parsed connection; False if the exact path must read them."""
+        parts = list(map(bytes.partition, conn, repeat(_SEP)))
+        codes = list(map(self._codes.__getitem__, map(_HEAD, parts)))
+        if _INVALID in codes:
+            return False
+        rest_list = list(map(_REST, parts))
+        first_rest = rest_list[0]
+        if rest_list.count(first_rest) == len(rest_list):
+            groups = {first_rest: [0, codes]}
+        else:
+            groups = {}
+            for index, rest, code in zip(count(), rest_list, codes):
+                group = groups.get(rest)
+                if group is None:
+                    groups[rest] = [index, [code]]
+                else:
+                    group[1].append(code)
+        cache = self._rest_bytes
+        plan = []
+        for rest, (first, group_codes) in groups.items():
+            parsed = cache.get(rest)
+            if parsed is None:
+                parsed = self.parse_rest(rest.decode())
+                if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
+                        or _OPCOUNT in rest:
+                    parsed = _UNPARSED  # for the exact path to read (and count) line by line
+                if len(cache) >= P.MAX_REST_CACHE:
+                    cache.clear()
+                cache[rest] = parsed
+            if parsed is _UNPARSED:
+                return False
+            plan.append((first, frozenset(group_codes), parsed))
+        return tuple(plan)
 
     def _fold_exact(self, lines: list[bytes], head: str, start: int, end: int, lineno: int) -> None:
         self._feed_selected((lineno + i, head + lines[i].decode()) for i in range(start, end)

@@ -116,7 +116,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.trees_cache = {}
         self.once_read = set()
         self.__dict__.pop("_codes", None)
-        for name in ("_rest_bytes", "_kinds"):
+        for name in ("_rest_bytes", "_kinds", "_plans"):
             self.__dict__.pop(name, None)
         self.forget_idle_threads()  # fewer to send and merge; the merge treats both alike
 
