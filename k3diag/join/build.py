@@ -21,6 +21,7 @@ from k3diag.parse.detect import (
     split_sections,
     streaming_format,
 )
+from k3diag.parse.markdown import is_markdown, read_document
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
 from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize
 
@@ -158,6 +159,9 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         return
 
     head_text = normalize(head_text)
+    if is_markdown(head_text):  # a README or an issue saved as .md: its code blocks, not its prose
+        yield from _parse_document(item, size, note)
+        return
     stream_spec = streaming_format(head_text)
     if stream_spec is not None:
         yield _parse_stream(stream_spec, item, size, note)
@@ -177,6 +181,28 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         record.warnings.append(item.error or describe_unknown(text, item.name))
         record.warnings.extend(item.take_notes())  # what reading dropped or cut
         yield ParsedInput(record, note=note)
+
+
+def _parse_document(item: Evidence, size: int | None, note: tuple[str, str] | None) -> Iterator[ParsedInput]:
+    """A Markdown document: the outputs in its code blocks, each parsed; what it quotes but was not read
+    is said first, on the first input read (or on the document's own record when nothing was)."""
+    raw, truncated = item.read_text(MAX_TEXT_BYTES)
+    text, _ = clean_text(raw, controls_dropped=True)
+    document = read_document(text, item.name, item.command)
+    parsed = []
+    for section, spec in document.sections:
+        parsed.append(_parse_section(spec, section, item, size, note, truncated=truncated))
+        note = None  # said once, with the first section
+    if not parsed:
+        record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
+        record.warnings.extend(document.notes or [
+            f"{item.name} is a Markdown document, and none of its code blocks holds an output k3diag reads "
+            "(its prose is not read: put an output in a ``` block, or give it as its own file)"])
+        record.warnings.extend(item.take_notes())
+        yield ParsedInput(record, note=note)
+        return
+    parsed[0].record.warnings[0:0] = document.notes
+    yield from parsed
 
 
 def read_sections(item: Evidence) -> tuple[str, bool, list[Section]]:

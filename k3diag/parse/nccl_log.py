@@ -13,3 +13,4 @@ from k3diag.parse.nccl import (  # noqa: F401
     parse_stream,
     sniff,
 )
+from k3diag.parse.nccl.sniff import MIN_LINES_IN_DOCUMENT, count_lines  # noqa: F401  (read by parse.markdown)

@@ -28,6 +28,27 @@ def bus_id_from_tests_header(text: str) -> str | None:
     return bdf if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", bdf) else None
 
 
+# A Markdown document (a README, notes, an issue body saved as .md) quotes NCCL lines as often as it
+# holds a log: its code blocks are read as an NCCL log only when they hold this many NCCL lines. Fewer
+# are an example (a README showing `NCCL INFO Using network Socket` in three lines). A short excerpt in
+# an issue cannot be told from such an example, so it is not judged either (the report says so and asks
+# for the log itself); the same lines saved as a file of their own are read, however few.
+MIN_LINES_IN_DOCUMENT = 10
+
+
+def _is_tag_line(line: str) -> bool:
+    return " NCCL INFO " in line or " NCCL WARN " in line or line.startswith(("NCCL INFO ", "NCCL WARN "))
+
+
+def _is_version_line(line: str) -> bool:
+    return ("NCCL version" in line or "RCCL version" in line) and _VERSION_RE.search(line) is not None
+
+
+def count_lines(text: str) -> int:
+    """How many lines of `text` are NCCL's own (a tagged INFO/WARN line or the version line)."""
+    return sum(1 for line in text.split("\n") if _is_tag_line(line) or _is_version_line(line))
+
+
 def sniff(text: str) -> float:
     """Confident for NCCL/RCCL logs; low for nccl-tests output that merely carries NCCL INFO lines."""
     lines = text.split("\n", 4000)[:4000]
@@ -35,11 +56,11 @@ def sniff(text: str) -> float:
     via = 0
     tests_markers = 0
     for line in lines:
-        if " NCCL INFO " in line or " NCCL WARN " in line or line.startswith("NCCL INFO ") or line.startswith("NCCL WARN "):
+        if _is_tag_line(line):
             nccl += 1
             if " via " in line:
                 via += 1
-        elif _VERSION_RE.search(line) and ("NCCL version" in line or "RCCL version" in line):
+        elif _is_version_line(line):
             nccl += 1
         stripped = line.lstrip()
         if (
