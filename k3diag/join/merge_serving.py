@@ -14,6 +14,9 @@ P2P_CACHES = "vllm_p2p_caches"
 def merge_serving(result, machine: Machine, record: InputRecord | None = None) -> None:
     runs = getattr(result, "runs", None) or []
     machine.extras.setdefault(RUNS, []).extend(runs)
+    engine = getattr(result, "engine", None)  # a server log pasted with the printed result
+    if engine is not None:
+        merge_engine_log(engine, machine, record)
 
 
 def merge_engine_log(result, machine: Machine, record: InputRecord | None = None) -> None:
@@ -25,6 +28,9 @@ def merge_engine_log(result, machine: Machine, record: InputRecord | None = None
         from k3diag.join.merge_nccl import merge_nccl_log
 
         merge_nccl_log(nccl, machine, record)
+    serving = getattr(result, "serving", None)  # a printed result pasted with the server log
+    if serving is not None:
+        merge_serving(serving, machine, record)
 
 
 def merge_p2p_cache(result, machine: Machine, record: InputRecord | None = None) -> None:

@@ -215,6 +215,10 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
             pieces[-1][1] = end
             pieces[-1][4].extend(blanked)
             continue
+        # The next device block of an ibstat (`repeats`: its start line begins every block) continues it.
+        if pieces and piece_command is None and not blanked and _continues(text, start, pieces[-1], file_end):
+            pieces[-1][1] = end
+            continue
         if pieces and piece_command is None and pieces[-1][2] and \
                 detect(_slice_head(text, pieces[-1][0], pieces[-1][1], pieces[-1][4], file_end)) is None:
             # `$ NCCL_P2P_DISABLE=1 ./all_reduce_perf`, a stray line, then the output: the command is its
@@ -228,6 +232,22 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
         sections.append(Section(text=_slice(text, start, end, blanked, file_end), first_line=line_number,
                                 command=piece_command, host=piece_host, normalized=normalized))
     return sections
+
+
+_REPEATING = tuple(spec for spec in FORMATS if spec.repeats)
+
+
+def _continues(text: str, start: int, previous: list, file_end: int) -> bool:
+    """Whether the line at `start` begins another block of a `repeats` format whose output the piece
+    before it is."""
+    line = text[start:_line_end(text, start)]
+    for spec in _REPEATING:
+        if any(literal in line for literal in spec.start):
+            pattern = _start_pattern(spec)
+            if pattern is not None and pattern.match(line):
+                before = detect(_slice_head(text, previous[0], previous[1], previous[4], file_end), previous[2])
+                return before is not None and before.name == spec.name
+    return False
 
 
 def _slice_head(text: str, start: int, end: int, blanked: list[int], file_end: int) -> str:

@@ -23,10 +23,14 @@ from typing import Iterator
 
 from k3diag.model.fabric import IbPort
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibstat"
 _CA_RE = re.compile(r"^\s*CA\s+'(?P<name>[^']+)'\s*$")
+# A device block's first line, as ibstat prints it (`printf("CA '%s'\n", ...)`): where an ibstat output
+# pasted after another one begins (the registry's `repeats` keeps its own blocks together).
+START_RE = lazy(r"^\s*CA '[^']+'\s*$")
 _PORT_RE = re.compile(r"^\s*Port\s+(?P<port>\d+):\s*$")
 _KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<value>.*?)\s*$")
 STATE_WORDS = {"active": "active", "down": "down", "initializing": "init", "init": "init", "armed": "armed",

@@ -26,6 +26,7 @@ from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibv-devinfo"
 _HCA_RE = re.compile(r"^\s*hca_id:\s*(?P<name>\S+)\s*$")
+START_RE = _HCA_RE  # each device block's first line; where an ibv_devinfo output pasted after another begins
 _PORT_RE = re.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
 _KV_RE = re.compile(r"^\s*(?P<key>[a-z_]+)\s*:\s*(?P<value>.*?)\s*$")
 _GID_RE = re.compile(r"^\s*GID\[\s*\d+\]:\s*\S+(?:,\s*(?P<type>.+?))?\s*$")

@@ -38,6 +38,10 @@ class FormatSpec:
     # those lines): section splitting finds them with `str.find` and imports only the parsers whose
     # literal occurs. Empty for formats without a `START_RE`.
     start: tuple[str, ...] = ()
+    # The start line begins every block of an output, not only the output (ibstat's `CA 'mlx5_0'`, one per
+    # device): a start line right after a block of this format continues that output. Its `START_RE` is
+    # there to cut it from another output pasted above or below it without a prompt (`ibstat; ibstatus`).
+    repeats: bool = False
 
     def may_match(self, text: str, folded: str | None = None) -> bool:
         """Whether the hint occurs in `text` (`folded`: `hints.fold(text)`, when the caller has it)."""
@@ -77,10 +81,12 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec("nvidia-fabricmanager-log", "k3diag.parse.fabricmanager", "k3diag.join.merge_fabric:merge_fabricmanager",
                hint=r"fabric ?manager|NVSwitch|multicast|Error 802|system not yet initialized|SYSTEM_NOT_READY|"
                     r"SystemNotReady|cuMemCreate"),
-    FormatSpec("ibstat", "k3diag.parse.ibstat", "k3diag.join.merge_fabric:merge_rdma", hint=r"CA\s+'"),
+    FormatSpec("ibstat", "k3diag.parse.ibstat", "k3diag.join.merge_fabric:merge_rdma", hint=r"CA\s+'",
+               start=("CA '",), repeats=True),
     FormatSpec("ibstatus", "k3diag.parse.ibstatus", "k3diag.join.merge_fabric:merge_rdma",
-               hint=r"Infiniband device '"),
-    FormatSpec("ibv-devinfo", "k3diag.parse.ibv_devinfo", "k3diag.join.merge_fabric:merge_rdma", hint=r"hca_id:"),
+               hint=r"Infiniband device '", start=("Infiniband device '",), repeats=True),
+    FormatSpec("ibv-devinfo", "k3diag.parse.ibv_devinfo", "k3diag.join.merge_fabric:merge_rdma", hint=r"hca_id:",
+               start=("hca_id:",), repeats=True),
     FormatSpec("nvml-readings", "k3diag.parse.nvml_readings", "k3diag.join.merge_nvidia:merge_nvml", hint=r"k3diag\.nvml-readings/"),
     FormatSpec("host-readings", "k3diag.parse.host_readings", "k3diag.join.merge_host:merge_host", hint=r"k3diag\.host-readings/"),
     FormatSpec("lspci-vv", "k3diag.parse.lspci", "k3diag.join.merge_pci:merge_lspci", hint=_LSPCI_HINT),

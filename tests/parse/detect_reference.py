@@ -128,6 +128,16 @@ def _sections(text: str, starts: dict[int, str | None], hosts: dict[int, str], b
             pieces[-1][1] = end
             pieces[-1][4].extend(blanked)
             continue
+        # (added with the start lines of ibstat/ibstatus/ibv_devinfo, whose every device block begins with
+        # one: the next block of the output above continues it)
+        line = _line(text, start)
+        repeating = [spec for spec in FORMATS if spec.repeats and any(literal in line for literal in spec.start)
+                     and getattr(parser_module(spec), "START_RE").match(line)]
+        if pieces and piece_command is None and not blanked and repeating and \
+                getattr(detect(_slice(text, pieces[-1][0], pieces[-1][1], pieces[-1][4]), pieces[-1][2]), "name", None) \
+                == repeating[0].name:
+            pieces[-1][1] = end
+            continue
         if pieces and piece_command is None and pieces[-1][2] and \
                 detect(_slice(text, pieces[-1][0], pieces[-1][1], pieces[-1][4])) is None:
             piece_command = pieces[-1][2]

@@ -43,6 +43,8 @@ class ServingResult:
 
     runs: list[ServingRun] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # the vllm_log.EngineLogResult of a vLLM server log pasted with a printed result block (summary_text)
+    engine: object | None = None
 
 
 def find_docs(text: str, first_line: int = 1) -> tuple[list[Doc], list[str]]:

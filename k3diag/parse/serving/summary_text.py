@@ -81,7 +81,9 @@ def sniff(text: str) -> float:
     return 0.95 if re.search(r"(?m)^\s*(?:Successful requests|Request throughput \(req/s\)):", head) else 0.6
 
 
-def parse(section, input_name: str) -> ServingResult:
+def parse(section, input_name: str, *, engine_lines: bool = True) -> ServingResult:
+    """`engine_lines`: also read the vLLM server log pasted around the blocks (`vllm_log`, which reads the
+    blocks inside a server log with `engine_lines=False`), so neither part of such a paste is lost."""
     result = ServingResult()
     lines = section.text.split("\n")
     model: str | None = None
@@ -127,6 +129,13 @@ def parse(section, input_name: str) -> ServingResult:
         result.runs.append(run)
     if not result.runs and not result.warnings:
         result.warnings.append(f"{input_name}: no `Serving Benchmark Result` block was found")
+    if engine_lines:
+        from k3diag.parse.serving import vllm_log
+
+        if vllm_log.sniff(section.text) >= 0.5:
+            engine = vllm_log.parse(section, input_name, results=False)
+            result.engine = engine
+            result.warnings.extend(engine.warnings)
     return result
 
 

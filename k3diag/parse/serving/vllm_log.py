@@ -11,7 +11,9 @@ processes prefixed with `(VllmWorkerProcess pid=N)` or `(EngineCore_DP0 pid=N)`)
   size: 3`, `... because this process group spans across nodes` (custom_all_reduce.py);
 - `reading GPU P2P access cache from .../gpu_p2p_access_cache_for_0,1,2,3.json`;
 - `vLLM is using nccl==2.21.5`; `CUDA_VISIBLE_DEVICES=0,1` wherever the log shows it.
-NCCL_DEBUG lines in the same log are handed to the NCCL log parser, unchanged.
+NCCL_DEBUG lines in the same log are handed to the NCCL log parser, unchanged, and a printed `Serving
+Benchmark Result` block pasted with the log to `summary_text` (which hands the log lines around its blocks
+here): whichever of the two detection picks, both are read.
 """
 
 from __future__ import annotations
@@ -67,10 +69,15 @@ def _kind(marker: str) -> str:
 class EngineLogResult:
     engine: EngineLog
     nccl: object | None = None  # a k3diag.parse.nccl_log.NcclLogResult when the log holds NCCL lines
+    # a k3diag.parse.serving.common.ServingResult when the paste also holds a printed `Serving Benchmark
+    # Result` block (the server's log and the client's result pasted together)
+    serving: object | None = None
     warnings: list[str] = field(default_factory=list)
 
 
-def parse(section, input_name: str) -> EngineLogResult:
+def parse(section, input_name: str, *, results: bool = True) -> EngineLogResult:
+    """`results`: also read the printed result blocks the paste holds (`summary_text`, which reads the
+    engine lines around its blocks with `results=False`)."""
     engine = EngineLog(engine="vllm", input=input_name)
     result = EngineLogResult(engine=engine)
     has_nccl = False
@@ -97,6 +104,13 @@ def parse(section, input_name: str) -> EngineLogResult:
             result.nccl = nccl_log.parse(section, input_name)
         except Exception as exc:  # the NCCL part is a bonus; the engine facts stand on their own
             result.warnings.append(f"{input_name}: the NCCL lines in this log could not be read ({type(exc).__name__})")
+    if results:
+        from k3diag.parse.serving import summary_text
+
+        if summary_text.sniff(section.text) >= 0.5:
+            served = summary_text.parse(section, input_name, engine_lines=False)
+            result.serving = served if served.runs else None
+            result.warnings.extend(served.warnings)
     if engine.tp is None and engine.custom_allreduce is None and engine.version is None:
         result.warnings.append(f"{input_name}: no vLLM engine configuration line (tensor_parallel_size) was found")
     return result
