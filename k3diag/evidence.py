@@ -64,8 +64,8 @@ def open_input(path: Path, *, allow_stream: bool = False, follow_links: bool = T
     Opened with `O_NONBLOCK` and checked with `fstat` on the open descriptor, so a file swapped for
     a FIFO, a device or a folder after it was listed ends in a sentence, never a hang: a FIFO opened
     this way returns at once. With `allow_stream` (a path the user named: `-`'s `/dev/stdin`, a
-    FIFO, `<(cmd)`), a pipe, FIFO or character device is read as a stream; it is reopened blocking,
-    as `cat` would, so a FIFO waits for its writer. Without `follow_links` a symbolic link is refused
+    FIFO, `<(cmd)`), a pipe, FIFO or character device is read as a stream, blocking, as `cat` would:
+    a FIFO waits for its writer. Without `follow_links` a symbolic link is refused
     (files found by walking a folder). Raises `InputError`.
     """
     name = os.path.abspath(str(path))
@@ -96,20 +96,27 @@ def open_input(path: Path, *, allow_stream: bool = False, follow_links: bool = T
         raise InputError(f"{name} is {what}, not a regular file, and was not read; save the output to a file",
                          f"it is {what}, not a regular file")
     if stat.S_ISFIFO(mode) and not name.startswith(("/dev/fd/", "/proc/")) and name != "/dev/stdin":
-        # A named FIFO with no writer yet reads as empty when opened non-blocking: reopen it blocking
-        # (waiting for the writer, as `cat` does), then make sure it is still the same FIFO.
-        os.close(fd)
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            again = os.fstat(fd)
-        except OSError as exc:
-            raise _sentence_for(name, exc) from None
-        if (again.st_dev, again.st_ino) != (info.st_dev, info.st_ino):
-            os.close(fd)
-            raise InputError(f"{name} was replaced while k3diag opened it; run again", "it was replaced")
-    else:
-        _set_blocking(fd)
+        # A named FIFO opened non-blocking returns at once, and lets through a writer already waiting in
+        # its open(): this descriptor is kept (closing it to reopen blocking dropped what a fast writer had
+        # written, and the reopen then waited for a writer that never came), and the read waits, as `cat`
+        # would, until a writer has written or has come and gone; with no writer yet it is not empty.
+        _wait_for_a_writer(fd)
+    _set_blocking(fd)
     return os.fdopen(fd, "rb", buffering=0), True
+
+
+def _wait_for_a_writer(fd: int) -> None:
+    """Block until the FIFO open for reading on `fd` has bytes, or a writer opened and closed it. Linux's
+    poll reports a hang-up on a FIFO's read end only once a writer has come since this open, so a FIFO
+    nobody has written to yet waits here rather than reading as end of file."""
+    import select
+
+    if not hasattr(select, "poll"):
+        return
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    while not poller.poll():  # no timeout: a FIFO waits for its writer, as `cat` does; Ctrl-C stops it
+        pass
 
 
 def _set_blocking(fd: int) -> None:

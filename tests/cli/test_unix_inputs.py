@@ -87,6 +87,51 @@ def test_named_fifo_waits_for_its_writer(k3diag: list[str], tmp_path: Path) -> N
     _assert_topo(json.loads(done.stdout), str(fifo), done.returncode)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_named_fifo_whose_writer_came_first_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `mkfifo f; nvidia-smi topo -m > f & k3diag analyze f`: the writer waits in open() for a reader. k3diag's
+    # first (non-blocking) open lets it through; a fast writer writes and closes before that descriptor is
+    # closed, and its bytes went with it, while a second, blocking open waited for a writer that never came.
+    # The window is a few microseconds in a real run; a slow fstat on k3diag's side holds it open here.
+    import k3diag.evidence as evidence_module
+    from k3diag.evidence import open_input, read_stream
+
+    fifo = tmp_path / "topo.fifo"
+    os.mkfifo(fifo)
+    wrote = threading.Event()
+    real_fstat = os.fstat
+
+    def slow_fstat(fd: int):
+        if threading.current_thread() is threading.main_thread():
+            wrote.wait(timeout=5)
+        return real_fstat(fd)
+
+    def write_now() -> None:
+        with open(fifo, "wb", buffering=0) as handle:  # blocks until k3diag opens the FIFO, then writes at once
+            handle.write(TOPO.read_bytes())
+        wrote.set()
+
+    def rescue() -> None:  # before the fix the reader waits for a second writer: give it an empty one
+        time.sleep(8)
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # no reader waiting any more
+
+    writer = threading.Thread(target=write_now, daemon=True)
+    writer.start()
+    time.sleep(0.3)  # the writer is blocked in open()
+    threading.Thread(target=rescue, daemon=True).start()
+    monkeypatch.setattr(evidence_module.os, "fstat", slow_fstat)
+    handle, is_stream = open_input(fifo, allow_stream=True)
+    monkeypatch.undo()
+    with handle:
+        data, cut = read_stream(handle)
+    writer.join(timeout=10)
+    assert is_stream
+    assert (data, cut) == (TOPO.read_bytes(), False)
+
+
 def test_stdin_over_the_limit_is_cut_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
