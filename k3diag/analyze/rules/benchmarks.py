@@ -380,12 +380,20 @@ def check_p2p_cannot_access_peer(machine: Machine, earlier: list[Finding]) -> It
             causes.extend([f"p2p-not-supported@GPU{a},GPU{b}", f"gpu-pair-sys@GPU{a},GPU{b}"])
         evidence = [bench.sources[f"access:{i}:{j}"] for i, j in refused[:4] if f"access:{i}:{j}" in bench.sources]
         total_pairs = len(bench.can_access) * (len(bench.can_access) - 1) // 2
+        # A pair is known when the test printed either direction; an output cut short (a pasted head) says
+        # nothing of the rest, and "N of all pairs" would tell the reader that the rest can reach each other.
+        unknown_pairs = sum(1 for i, row in enumerate(bench.can_access) for j in range(i + 1, len(row))
+                            if row[j] is None and (j >= len(bench.can_access) or i >= len(bench.can_access[j])
+                                                   or bench.can_access[j][i] is None))
         listing = ", ".join(f"{a}-{b}" for a, b in unordered[:12]) + (" ..." if len(unordered) > 12 else "")
+        counted = (f"{len(unordered)} GPU pair(s): {listing} (the output shows no other pair: {unknown_pairs} of "
+                   f"{total_pairs} unknown)" if unknown_pairs else
+                   f"{len(unordered)} of {total_pairs} GPU pair(s): {listing}")
         yield Finding(
             id="p2p-cannot-access-peer",
             severity="warn",
             subjects=[f"GPU{g}" for g in gpus],
-            title=f"CUDA refuses peer access for {len(unordered)} of {total_pairs} GPU pair(s): {listing}",
+            title=f"CUDA refuses peer access for {counted}",
             explanation=(
                 "cudaDeviceCanAccessPeer says no for these pairs, so CUDA and NCCL copy their data through host memory "
                 "(NCCL falls back to SHM) and frameworks that need P2P (vLLM/SGLang custom all-reduce) disable it or "
@@ -399,7 +407,7 @@ def check_p2p_cannot_access_peer(machine: Machine, earlier: list[Finding]) -> It
                     "-p2p r` (CNS/GNS/TNS say why); on data-center GPUs check BIOS ACS/IOMMU settings."),
             causes=sorted(set(causes)),
             confirm_with="nvidia-smi topo -p2p r",
-            data={"pairs": [list(p) for p in unordered], "consumer_gpus": consumer},
+            data={"pairs": [list(p) for p in unordered], "consumer_gpus": consumer, "pairs_unknown": unknown_pairs},
         )
 
 

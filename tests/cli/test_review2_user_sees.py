@@ -1,0 +1,49 @@
+"""A second SRE's review of the commands run on saved evidence: each test is a defect that made the first
+line (or the JSON beside it) say more than the evidence does, run as a user runs it, asserting what they read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from k3diag.cli import app
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "fixtures"
+EXAMPLE = REPO / "k3diag" / "data" / "examples" / "dual-socket-8gpu-pcie"
+
+
+def _text(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env={"NO_COLOR": "1"})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.stdout
+
+
+def _json(*args: str) -> tuple[int, dict]:
+    code, out = _text(*args, "--json")
+    return code, json.loads(out)
+
+
+def _finding(report: dict, finding_id: str) -> dict:
+    return next(f for f in report["findings"] if f["id"] == finding_id)
+
+
+def test_peer_access_cut_short_counts_only_the_pairs_it_shows() -> None:
+    # The output stops after `Device=1 CANNOT Access Peer Device=0`: it shows the access of the 7 pairs with
+    # GPU0 and nothing of the other 21. "7 of 28 GPU pairs" told the reader the 21 others can reach each other.
+    path = FIXTURES / "bench" / "p2pbw-8x2080ti-cannot-access-head.txt"
+    _, out = _text("analyze", str(path))
+    verdict = out.splitlines()[1]
+    assert "7 of 28 GPU pair(s)" not in verdict
+    assert verdict.startswith("Verdict [WARN]: CUDA refuses peer access for 7 GPU pair(s): 0-1, 0-2, 0-3, 0-4, 0-5, "
+                              "0-6, 0-7 (the output shows no other pair: 21 of 28 unknown).")
+    _, report = _json("analyze", str(path))
+    finding = _finding(report, "p2p-cannot-access-peer")
+    assert finding["data"]["pairs_unknown"] == 21
+    # A complete list still counts every pair.
+    _, mixed = _json("analyze", str(FIXTURES / "bench" / "p2pbw-6x50xx-mixed-cannot-access-head.txt"))
+    title = _finding(mixed, "p2p-cannot-access-peer")["title"]
+    assert "(the output shows no other pair: 3 of 15 unknown)" in title  # 3-4, 3-5 and 4-5 were cut off
