@@ -22,7 +22,8 @@ from k3diag.parse.ibstat import RdmaDevice, RdmaResult, filled_lines, read_port_
 from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibstatus"
-_HEADER_RE = re.compile(r"^\s*Infiniband device '(?P<name>[^']+)' port (?P<port>\d+) status:\s*$")
+# multi-line: `parse` matches it on each line, `sniff` searches a head with it
+_HEADER_RE = re.compile(r"^\s*Infiniband device '(?P<name>[^']+)' port (?P<port>\d+) status:\s*$", re.M)
 START_RE = _HEADER_RE  # each port block's header; where an ibstatus output pasted after another begins
 _KV_RE = re.compile(r"^\s+(?P<key>default gid|base lid|sm lid|state|phys state|rate|link_layer):\s*(?P<value>.*?)\s*$")
 _PHYS_RE = re.compile(r"^\d+:\s*(?P<word>\S.*)$")  # `5: LinkUp` -> `LinkUp` (ibstat prints the word alone)
@@ -30,8 +31,7 @@ _PHYS_RE = re.compile(r"^\d+:\s*(?P<word>\S.*)$")  # `5: LinkUp` -> `LinkUp` (ib
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
-    headers = len(re.findall(r"(?m)^\s*Infiniband device '[^']+' port \d+ status:\s*$", head))
-    if not headers:
+    if _HEADER_RE.search(head) is None:
         return 0.0
     keys = sum(1 for marker in ("phys state:", "link_layer:", "rate:", "default gid:") if marker in head)
     return 0.95 if keys >= 2 else 0.6
