@@ -17,7 +17,7 @@ from k3diag.model.pci import DmesgEvent
 from k3diag.model.source import SourceRef
 from k3diag.parse.ids import normalize_bdf
 from k3diag.parse.lazy_re import lazy
-from k3diag.parse.text import MAX_LINE_CHARS, Section, normalize, prompt_command
+from k3diag.parse.text import MAX_LINE_CHARS, QUOTE_MARKS, Section, normalize, prompt_command
 
 FORMAT = "dmesg"
 
@@ -25,7 +25,8 @@ FORMAT = "dmesg"
 # journalctl / syslog `Sep 19 16:18:04 host kernel: `, a localized month (`фев 12 00:48:02`), a paste that
 # collapsed `May  6` to `May 6`, the host left out; ISO stamps (`journalctl -o short-iso`, rsyslog on Ubuntu
 # 24.04, `dmesg --time-format iso`); dmesg's `[  12.345]` and `dmesg -T`'s `[Sat Oct 12 18:38:44 2024]`.
-_QUOTE_PRIORITY = r"^(?:>\s?)?(?:<\d+>)?"  # a `> ` quote mark (e-mail, markdown), a syslog priority `<4>`
+# quote marks (e-mail, Markdown: `> `, `> > `, as `text.unquote_reply` takes them), a syslog priority `<4>`
+_QUOTE_PRIORITY = r"^(?:" + QUOTE_MARKS + r")?(?:<\d+>)?"
 _JOURNAL_STAMP = r"\w{3,4}\.? +\d{1,2} \d\d:\d\d:\d\d(?: \S+)? kernel: "
 _ISO_STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[-+]\d\d:?\d\d)?"
 _BRACKET_STAMP = r"\[(?:\s*(?P<ts>\d+\.\d+)|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]+ \d{4})\]"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
 from k3diag.parse.lazy_re import lazy
-from k3diag.parse.text import Section, normalize
+from k3diag.parse.text import Section, normalize, unquote_reply  # noqa: F401  (unquote_reply: lspci's import)
 
 # A line that begins a `topo -m` (or `topo -p2p`, which prints the same header) output: the
 # header row, possibly glued to the command line that printed it.
@@ -28,23 +28,6 @@ START_RE = lazy(
 # A header whose tabs were lost in the paste: `GPU0GPU1GPU2...mlx5_0\tCPU Affinity` (rows keep theirs).
 _GLUED_RE = lazy(r"GPU\d+(?=GPU|NIC|mlx|CPU|NUMA)|(?:NIC\d+|mlx\d+_\d+)(?=GPU|NIC|mlx|CPU|NUMA)|Affinity(?=\S)")
 _GLUE_POINT_RE = lazy(r"(?<=[0-9])(?=(?:GPU|NIC|mlx|CPU|NUMA))|(?<=Affinity)(?=\S)")
-
-
-# `> ` marks, nested or not; only a space after each is part of the mark: a tab there is a column
-# separator of the quoted output (a header line starts with one)
-_QUOTE_RE = lazy(r"^\s*(?:> ?)+")
-
-
-def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:
-    """Lines of an output quoted in an e-mail reply (`> GPU0 X OK ...`) without the `> ` marks.
-
-    Only when most non-blank lines carry the mark, so a lone `> nvidia-smi topo -m` prompt stays a prompt.
-    The line count is kept, so line numbers still point into the file."""
-    filled = [line for line in lines if line.strip()]
-    quoted = [line for line in filled if _QUOTE_RE.match(line)]
-    if len(quoted) < 3 or len(quoted) * 5 < len(filled) * 3:
-        return lines, False
-    return [_QUOTE_RE.sub("", line, count=1) if _QUOTE_RE.match(line) else line for line in lines], True
 
 
 def unglue_header(line: str) -> str:

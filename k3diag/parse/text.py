@@ -119,6 +119,25 @@ def _has_controls(text: str) -> bool:
     return CONTROL_RE.search(text) is not None
 
 
+# `> ` marks of an e-mail or Markdown quote, nested or not; only a space after each is part of the mark:
+# a tab there is a column separator of the quoted output (a `topo -m` header line starts with one). The
+# one spelling of a quote mark: `unquote_reply` strips it from a whole quoted output, `dmesg` from a line.
+QUOTE_MARKS = r"\s*(?:> ?)+"
+_QUOTE_RE = lazy("^" + QUOTE_MARKS)
+
+
+def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:
+    """Lines of an output quoted in an e-mail reply (`> GPU0 X OK ...`) without the `> ` marks.
+
+    Only when most non-blank lines carry the mark, so a lone `> nvidia-smi topo -m` prompt stays a prompt.
+    The line count is kept, so line numbers still point into the file."""
+    filled = [line for line in lines if line.strip()]
+    quoted = [line for line in filled if _QUOTE_RE.match(line)]
+    if len(quoted) < 3 or len(quoted) * 5 < len(filled) * 3:
+        return lines, False
+    return [_QUOTE_RE.sub("", line, count=1) if _QUOTE_RE.match(line) else line for line in lines], True
+
+
 def split_lines(text: str) -> list[str]:
     return normalize(text).split("\n")
 
