@@ -332,20 +332,21 @@ def streaming_format(head_text: str) -> FormatSpec | None:
     return None
 
 
-# `nvidia-smi.exe` is how the command is typed in PowerShell.
+# `nvidia-smi.exe` is how the command is typed in PowerShell. Compiled on first use (a prompt line's command
+# is looked up), like every pattern on the start-up path.
 _COMMAND_FORMATS = (
-    (re.compile(r"nvidia-smi(?:\.exe)?\s+topo\s+(-m|--matrix)\b"), "nvidia-smi-topo-matrix"),
-    (re.compile(r"nvidia-smi(?:\.exe)?\s+topo\s+(-p2p|--p2p)"), "nvidia-smi-topo-p2p"),
-    (re.compile(r"nvidia-smi(?:\.exe)?\s+.*--query-gpu"), "nvidia-smi-query-gpu-csv"),
-    (re.compile(r"nvidia-smi(?:\.exe)?\s+(-q|--query)\b"), "nvidia-smi-query"),
-    (re.compile(r"lspci\s+.*-t"), "lspci-tv"),
-    (re.compile(r"lspci\b"), "lspci-vv"),
-    (re.compile(r"rocm-smi\b.*--showtopo"), "rocm-smi-showtopo"),
-    (re.compile(r"amd-smi\s+topology"), "amd-smi-topology"),
-    (re.compile(r"rocm-bandwidth-test"), "rocm-bandwidth-test"),
-    (re.compile(r"nvbandwidth"), "nvbandwidth"),
-    (re.compile(r"p2pBandwidthLatencyTest", re.I), "p2p-bandwidth-latency-test"),
-    (re.compile(r"_perf\b"), "nccl-tests"),
+    (lazy(r"nvidia-smi(?:\.exe)?\s+topo\s+(-m|--matrix)\b"), "nvidia-smi-topo-matrix"),
+    (lazy(r"nvidia-smi(?:\.exe)?\s+topo\s+(-p2p|--p2p)"), "nvidia-smi-topo-p2p"),
+    (lazy(r"nvidia-smi(?:\.exe)?\s+.*--query-gpu"), "nvidia-smi-query-gpu-csv"),
+    (lazy(r"nvidia-smi(?:\.exe)?\s+(-q|--query)\b"), "nvidia-smi-query"),
+    (lazy(r"lspci\s+.*-t"), "lspci-tv"),
+    (lazy(r"lspci\b"), "lspci-vv"),
+    (lazy(r"rocm-smi\b.*--showtopo"), "rocm-smi-showtopo"),
+    (lazy(r"amd-smi\s+topology"), "amd-smi-topology"),
+    (lazy(r"rocm-bandwidth-test"), "rocm-bandwidth-test"),
+    (lazy(r"nvbandwidth"), "nvbandwidth"),
+    (lazy(r"p2pBandwidthLatencyTest", re.I), "p2p-bandwidth-latency-test"),
+    (lazy(r"_perf\b"), "nccl-tests"),
 )
 
 
