@@ -47,3 +47,19 @@ def test_peer_access_cut_short_counts_only_the_pairs_it_shows() -> None:
     _, mixed = _json("analyze", str(FIXTURES / "bench" / "p2pbw-6x50xx-mixed-cannot-access-head.txt"))
     title = _finding(mixed, "p2p-cannot-access-peer")["title"]
     assert "(the output shows no other pair: 3 of 15 unknown)" in title  # 3-4, 3-5 and 4-5 were cut off
+
+
+def test_a_reader_that_stops_early_does_not_change_the_exit_code() -> None:
+    # `k3diag analyze BUNDLE | head -1` under `set -o pipefail`: click turned the broken pipe into exit 1,
+    # which reads as "warnings" for a machine whose verdict is FAIL (2) or OK (0).
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    for path, verdict_code in ((EXAMPLE, 2), (FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt", 0)):
+        process = subprocess.Popen([sys.executable, "-m", "k3diag", "analyze", str(path), "--details"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        process.stdout.close()  # the reader is gone before k3diag writes its first line
+        _, stderr = process.communicate(timeout=60)
+        assert (process.returncode, stderr) == (verdict_code, b"")
