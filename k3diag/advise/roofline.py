@@ -233,7 +233,7 @@ def decode_roofline(
         pp_us = (layout.pp - 1) * (pp_link.latency_us + nbytes / (pp_link.bandwidth_gbs * 1e3))
         what = "hidden state" + (f" and {a.attn_res_blocks} AttnRes block summaries" if a.attn_res_blocks else "")
         lines.append(
-            f"PP{layout.pp}: {layout.pp - 1} hand-offs of the {what} ({nbytes:,.0f} B) over {pp_link.bandwidth_gbs:.0f} GB/s"
+            f"PP{layout.pp}: {layout.pp - 1} hand-off{'s' if layout.pp > 2 else ''} of the {what} ({nbytes:,.0f} B) over {pp_link.bandwidth_gbs:.0f} GB/s"
         )
     comm_ms = (tp_us + ep_us + pp_us) / 1e3
 

@@ -63,3 +63,12 @@ def test_a_reader_that_stops_early_does_not_change_the_exit_code() -> None:
         process.stdout.close()  # the reader is gone before k3diag writes its first line
         _, stderr = process.communicate(timeout=60)
         assert (process.returncode, stderr) == (verdict_code, b"")
+
+
+def test_advise_counts_one_pipeline_hand_off_in_the_singular() -> None:
+    code, out = _text("advise", "--model", "k3", "--gpu", "mi355x", "--count", "8")
+    assert code == 0
+    assert ("- PP2: 1 hand-off of the hidden state and 8 AttnRes block summaries (129,024 B) over 54 GB/s"
+            in out.splitlines())
+    _, four = _text("advise", "--model", "k3", "--gpu", "mi355x", "--count", "8", "--tp", "2", "--pp", "4")
+    assert "- PP4: 3 hand-offs of the hidden state" in four
