@@ -26,7 +26,8 @@ class InputPathError(Exception):
         self.sentences = sentences
 
 
-def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tuple[list[Evidence], list[InputRecord]]:
+def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
+                        manifests: list[dict] | None = None) -> tuple[list[Evidence], list[InputRecord]]:
     """Evidence for every input, and an input record for every problem met on the way.
 
     `-` reads standard input (`stdin`, else the process's), a FIFO, `/dev/stdin` or `<(cmd)` is read
@@ -39,7 +40,7 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tup
     for path in paths:
         name = str(path)
         if name == "-":
-            _add_stream(STDIN_NAME, *_stdin_evidence(stdin), evidence, problems)
+            _add_stream(STDIN_NAME, *_stdin_evidence(stdin), evidence, problems, manifests)
             continue
         try:
             os.lstat(path)
@@ -58,6 +59,8 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tup
                 problems.append(_problem(name, f"could not read the bundle {name}: {exc.strerror or exc}"))
                 continue
             evidence.extend(bundle.evidence)
+            if manifests is not None:
+                manifests.append(bundle.manifest)
             if bundle.warnings:
                 problems.append(InputRecord(path=name, format="bundle", warnings=list(bundle.warnings)))
             else:
@@ -82,13 +85,14 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None) -> tup
             except OSError as exc:
                 unusable.append(f"reading {os.path.abspath(name)} failed: {exc.strerror or exc}")
                 continue
-        _add_stream(name, data, cut, evidence, problems)
+        _add_stream(name, data, cut, evidence, problems, manifests)
     if unusable:
         raise InputPathError(unusable)
     return evidence, problems
 
 
-def _add_stream(name: str, data: bytes, cut: bool, evidence: list[Evidence], problems: list[InputRecord]) -> None:
+def _add_stream(name: str, data: bytes, cut: bool, evidence: list[Evidence], problems: list[InputRecord],
+                manifests: list[dict] | None = None) -> None:
     """A piped input: a bundle (`cat node.tar.gz | k3diag analyze -`) is read as one, anything else as text."""
     try:
         from k3diag.bundle import BundleError, bytes_look_like_bundle, read_bundle_bytes
@@ -104,6 +108,8 @@ def _add_stream(name: str, data: bytes, cut: bool, evidence: list[Evidence], pro
         problems.append(_problem(name, str(exc)))
         return
     evidence.extend(bundle.evidence)
+    if manifests is not None:
+        manifests.append(bundle.manifest)
     problems.append(InputRecord(path=name, format="bundle", warnings=list(bundle.warnings)))
 
 
@@ -228,24 +234,43 @@ def _problem(name: str, message: str) -> InputRecord:
 
 def load_machines(paths: list[Path]) -> tuple["MachineSet", list[str]]:
     """Build one model per machine the saved evidence describes (never one model of two machines).
-    Returns them and the one-sentence problems met."""
-    from k3diag.join.machines import build_machines
+    Returns them and the one-sentence problems met. A bundle's manifest fills the host facts (host name,
+    kernel, driver) its evidence left empty when the inputs are one machine, as `fleet` and `audit` read it."""
+    from k3diag.join.machines import apply_manifest_host, build_machines
 
-    evidence, problems = evidence_from_paths(paths)
+    manifests: list[dict] = []
+    evidence, problems = evidence_from_paths(paths, manifests=manifests)
     machines = build_machines(evidence, problems)
+    machines.manifests = manifests
+    if not machines.several and len(manifests) == 1:
+        apply_manifest_host(machines.machines[0], manifests[0])
     errors = [warning for record in problems for warning in record.warnings if record.format == "unknown"]
     return machines, errors
 
 
-def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
-    """The model of the first machine the saved evidence describes, and the problems met. When the
-    inputs describe several machines, the machine says so in a note (`analyze` reports each one)."""
-    machines, errors = load_machines(paths)
-    machine = machines.machines[0]
+def pick_machine(machines: "MachineSet") -> tuple[Machine, int, str]:
+    """The one machine a command that judges one answers for, its index and why: with several, for one
+    bundle the machine it is of (`join.machines.bundle_machine`, as the audit chooses, the manifest's host
+    facts filled in), else the first. The machine's note says the others were left out."""
+    from k3diag.join.machines import apply_manifest_host, bundle_machine, manifest_hostname
+
+    manifests = machines.manifests
+    index, why = 0, "it is the first the inputs describe"
+    if machines.several and len(manifests) == 1:
+        index, why = bundle_machine(machines, manifest_hostname(manifests[0]))
+        apply_manifest_host(machines.machines[index], manifests[0])
+    machine = machines.machines[index]
     if machines.several:
         others = len(machines.machines) - 1
         machine.note("inputs", f"these inputs describe {len(machines.machines)} machines; only {machine.label} is "
                                f"shown here and the {others} other(s) are left out; `k3diag analyze` reports each one")
+    return machine, index, why
+
+
+def load_machine(paths: list[Path]) -> tuple[Machine, list[str]]:
+    """The model of one machine the saved evidence describes (`pick_machine`), and the problems met."""
+    machines, errors = load_machines(paths)
+    machine, _, _ = pick_machine(machines)
     return machine, errors
 
 

@@ -197,43 +197,20 @@ def audit_bundle(path: Path, model: str | None = None, spec_path: Path | None = 
     )
 
 
-def _manifest_hostname(manifest: dict) -> str | None:
-    info = manifest.get("host") if isinstance(manifest, dict) else None
-    if isinstance(info, dict):
-        info = info.get("hostname")
-    return info.strip().lower() if isinstance(info, str) and info.strip() else None
-
-
 def choose_machine(machines: Any, manifest: dict) -> tuple[Any, dict | None]:
     """The machine the audit answers for, and (when the bundle holds several) what the reader must be told.
 
     A bundle is meant to come from one host; when its inputs describe several machines the audit never
-    joins them into one verdict: it answers for the host the manifest names, else for the machine with a
-    GPU inventory (the most GPUs counted), else the one with the most inputs, and says which input went where.
+    joins them into one verdict: it answers for the machine `join.machines.bundle_machine` picks (the host
+    the manifest names, else the machine with a GPU inventory, else the one with the most inputs), and says
+    which input went where.
     """
     from k3diag.join.grouping import describe
+    from k3diag.join.machines import bundle_machine, manifest_hostname
 
     if not machines.several:
         return machines.machines[0], None
-    hostname = _manifest_hostname(manifest)
-    chosen_index, why = None, ""
-    if hostname is not None:
-        for index, candidate in enumerate(machines.machines):
-            names = {str(h).strip().lower() for h in candidate.identity.values("hostnames")}
-            if hostname in names:
-                chosen_index, why = index, f"the bundle's manifest names its host, {hostname}"
-                break
-    if chosen_index is None:
-        inventories = [(int(candidate.identity.gpu_count.value), -index) for index, candidate in enumerate(machines.machines)
-                       if candidate.identity.gpu_count is not None]
-        if inventories:
-            chosen_index = -max(inventories)[1]
-            why = "it is the machine with a GPU inventory"
-            if hostname is not None:
-                why = f"no input names the manifest's host ({hostname}); " + why
-    if chosen_index is None:
-        chosen_index = max(range(len(machines.machines)), key=lambda i: (len(machines.machines[i].inputs), -i))
-        why = "no input names the manifest's host and none holds a GPU inventory; it has the most inputs"
+    chosen_index, why = bundle_machine(machines, manifest_hostname(manifest))
     listing = []
     for index, candidate in enumerate(machines.machines):
         listing.append({
@@ -255,14 +232,6 @@ def choose_machine(machines: Any, manifest: dict) -> tuple[Any, dict | None]:
 
 def _apply_manifest(machine: Any, manifest: dict) -> None:
     """Facts only the manifest knows (host name, driver version) fill what the evidence left empty."""
-    host = getattr(machine, "host", None)
-    if host is None or not isinstance(manifest, dict):
-        return
-    info = manifest.get("host")
-    if isinstance(info, dict):
-        for key in ("hostname", "kernel", "os", "driver_version", "cuda_version"):
-            value = info.get(key)
-            if isinstance(value, str) and getattr(host, key, None) is None:
-                setattr(host, key, value)
-    elif isinstance(info, str) and getattr(host, "hostname", None) is None:
-        host.hostname = info
+    from k3diag.join.machines import apply_manifest_host
+
+    apply_manifest_host(machine, manifest)

@@ -85,3 +85,52 @@ def _one_machine(problems: list[InputRecord], parsed: list[ParsedInput]) -> Mach
 def _display(record: InputRecord) -> str:
     """How a sentence names an input: its path, and the command when one file held several outputs."""
     return record.path if not record.command else f"{record.path} ({record.command})"
+
+
+# -- which machine a bundle is of ----------------------------------------------------------------------
+
+
+def manifest_hostname(manifest: object) -> str | None:
+    """The host a bundle's manifest names (`host` as a string or `{hostname: ...}`), lower case, or None."""
+    info = manifest.get("host") if isinstance(manifest, dict) else None
+    if isinstance(info, dict):
+        info = info.get("hostname")
+    return info.strip().lower() if isinstance(info, str) and info.strip() else None
+
+
+def bundle_machine(machines: MachineSet, hostname: str | None) -> tuple[int, str]:
+    """The index of the machine a bundle (meant to hold one host) is of, and why, when its inputs describe
+    several: the host its manifest names, else the machine with a GPU inventory (the most GPUs counted),
+    else the one with the most inputs. `audit`, `check --from` and `fleet` answer for that machine alone."""
+    if not machines.several:
+        return 0, ""
+    if hostname is not None:
+        for index, candidate in enumerate(machines.machines):
+            names = {str(h).strip().lower() for h in candidate.identity.values("hostnames")}
+            if hostname in names:
+                return index, f"the bundle's manifest names its host, {hostname}"
+    inventories = [(int(candidate.identity.gpu_count.value), -index) for index, candidate in enumerate(machines.machines)
+                   if candidate.identity.gpu_count is not None]
+    if inventories:
+        why = "it is the machine with a GPU inventory"
+        if hostname is not None:
+            why = f"no input names the manifest's host ({hostname}); " + why
+        return -max(inventories)[1], why
+    index = max(range(len(machines.machines)), key=lambda i: (len(machines.machines[i].inputs), -i))
+    return index, "no input names the manifest's host and none holds a GPU inventory; it has the most inputs"
+
+
+def apply_manifest_host(machine: Machine, manifest: object) -> None:
+    """Facts only the manifest knows (host name, kernel, OS, driver and CUDA versions) fill what the evidence
+    left empty: a bundle assembled by hand, or one whose host reading failed, still names its node."""
+    host = machine.host
+    if not isinstance(manifest, dict):
+        return
+    info = manifest.get("host")
+    if isinstance(info, dict):
+        for key in ("hostname", "kernel", "os", "driver_version", "cuda_version"):
+            value = info.get(key)
+            if isinstance(value, str) and value.strip() and getattr(host, key, None) is None:
+                setattr(host, key, value)
+    elif isinstance(info, str) and info.strip() and host.hostname is None:
+        host.hostname = info

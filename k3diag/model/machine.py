@@ -217,6 +217,8 @@ class MachineSet:
     inputs: list[InputRecord] = field(default_factory=list)
     unplaced: list[InputRecord] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    # The manifests of the bundles among the inputs (host, versions): which machine a bundle is of.
+    manifests: list[dict] = field(default_factory=list)
 
     @property
     def several(self) -> bool:

@@ -72,3 +72,17 @@ def test_advise_counts_one_pipeline_hand_off_in_the_singular() -> None:
             in out.splitlines())
     _, four = _text("advise", "--model", "k3", "--gpu", "mi355x", "--count", "8", "--tp", "2", "--pp", "4")
     assert "- PP4: 3 hand-offs of the hidden state" in four
+
+
+def test_check_from_a_bundle_names_the_node_its_manifest_names() -> None:
+    # The example bundle's manifest names its host and no file in it does: `check --from` named the node
+    # after the path given, so `fleet` over such reports drained "/path/to/dual-socket-8gpu-pcie".
+    code, out = _text("check", "--from", str(EXAMPLE), "--format", "nagios")
+    assert code == 2
+    assert out.startswith("K3DIAG CRITICAL - dual-socket-8gpu: pcie-width-below-max GPU2: GPU2 link runs at x8 of x16 |")
+    _, report = _json("analyze", str(EXAMPLE))
+    assert report["host"]["hostname"] == "dual-socket-8gpu"
+    # A bundle mixing four machines: the node is the machine the audit answers for, under the manifest's name.
+    _, out = _text("check", "--from", str(FIXTURES / "bundles" / "bad-8x-pcie-dual-socket"), "--format", "nagios")
+    assert out.startswith("K3DIAG CRITICAL - host-2: pcie-width-below-max GPU2:")
+
