@@ -47,6 +47,18 @@ def several_machines_finding(machines: MachineSet) -> Finding:
     )
 
 
+def set_aside_finding(machines: MachineSet, index: int, why: str) -> Finding:
+    """`several_machines_finding` for a command that judges one machine of several (a node's bundle in
+    `check --from` and `fleet`): it says which one was judged and why; the others are left out."""
+    finding = several_machines_finding(machines)
+    finding.title = (f"The inputs describe {len(machines.machines)} different machines; only machine {index + 1} "
+                     f"({machines.machines[index].label}) is judged here, because {why}")
+    finding.explanation = finding.explanation.replace(
+        "their evidence was not merged and no verdict joins them.",
+        "their evidence was not merged; the other machines' findings are left out of this node's verdict.")
+    return finding
+
+
 def combined_exit_code(codes: list[int], fail_on: str) -> int:
     """The worst code of the machines that could be judged; the mix itself is a warning."""
     judged = [code for code in codes if code != EXIT_UNKNOWN]

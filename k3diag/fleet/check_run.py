@@ -74,6 +74,7 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
     from k3diag.render.json_report import build_report
 
     started = time.monotonic() if started is None else started
+    mixed = None  # the finding that saved evidence describes several machines, of which one is judged
     spec = None
     if request.spec_path is not None:
         from k3diag.audit.spec import load_spec
@@ -82,11 +83,17 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
     left = request.deadline_s - ANALYSIS_RESERVE_S - (time.monotonic() - started)
     command_timeout = max(1.0, min(request.command_timeout_s, left))
     if request.from_paths:
-        from k3diag.inputs import load_machine
+        from k3diag.inputs import load_machines, pick_machine
 
         if step:
             step("reading saved evidence")
-        machine, _ = load_machine(list(request.from_paths))
+        machines, _ = load_machines(list(request.from_paths))
+        machine, picked, why = pick_machine(machines)
+        if machines.several:
+            from k3diag.analyze.machines import set_aside_finding
+
+            # A node's bundle that mixes machines: said once, as `fleet` says it of the same bundle.
+            mixed = set_aside_finding(machines, picked, why)
         source = ", ".join(str(p) for p in request.from_paths)
     else:
         from k3diag.inputs import load_live_machine
@@ -112,6 +119,8 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
         step("analysis")
     analysis = analyze_machine(machine)
     findings = list(analysis.findings)
+    if mixed is not None:
+        findings.insert(0, mixed)
     if spec is not None:
         findings.extend(spec_findings(spec, machine))
     short = _note_deadline_stops(machine, request.deadline_s)

@@ -93,12 +93,12 @@ def _problem_shape(item: FleetInput, message: str) -> dict:
 
 
 def shape_of_bundle(path: str) -> dict:
+    from k3diag.analyze.machines import set_aside_finding
     from k3diag.analyze.pipeline import analyze_machine
     from k3diag.analyze.verdict import exit_code_for
     from k3diag.bundle import BundleError, read_bundle
     from k3diag.fleet.shape import evidence_from_machine
-    from k3diag.join.build import build_machine
-    from k3diag.model.machine import Machine
+    from k3diag.join.machines import apply_manifest_host, build_machines, bundle_machine, manifest_hostname
     from k3diag.render.json_report import build_report
 
     item = FleetInput(path, "bundle")
@@ -106,14 +106,18 @@ def shape_of_bundle(path: str) -> dict:
         bundle = read_bundle(Path(path))
     except BundleError as exc:
         return _problem_shape(item, str(exc))
-    machine = build_machine(bundle.evidence, Machine())
-    host = bundle.manifest.get("host") if isinstance(bundle.manifest, dict) else None
-    name = host.get("hostname") if isinstance(host, dict) else host if isinstance(host, str) else None
-    if isinstance(name, str) and name and not machine.host.hostname:
-        machine.host.hostname = name
+    # A bundle is one node: when its files describe several machines (a vendor's mix), the node is the
+    # machine the audit and `check --from` answer for, and the others' findings are never counted as its own.
+    machines = build_machines(bundle.evidence)
+    index, why = bundle_machine(machines, manifest_hostname(bundle.manifest))
+    machine = machines.machines[index]
+    apply_manifest_host(machine, bundle.manifest)
     analysis = analyze_machine(machine)
-    code = exit_code_for(machine, analysis.findings, "warn")
-    report = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
+    findings = list(analysis.findings)
+    if machines.several:
+        findings.insert(0, set_aside_finding(machines, index, why))
+    code = exit_code_for(machine, findings, "warn")
+    report = build_report(machine, findings, analysis.recommendation, analysis.verdict.to_json(), code)
     return shape_from_report(report, path, evidence_from_machine(machine)) | {"node": _node(report, path)}
 
 

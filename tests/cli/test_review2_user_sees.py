@@ -86,3 +86,20 @@ def test_check_from_a_bundle_names_the_node_its_manifest_names() -> None:
     _, out = _text("check", "--from", str(FIXTURES / "bundles" / "bad-8x-pcie-dual-socket"), "--format", "nagios")
     assert out.startswith("K3DIAG CRITICAL - host-2: pcie-width-below-max GPU2:")
 
+
+def test_fleet_never_counts_another_machines_findings_in_a_mixed_bundle(tmp_path: Path) -> None:
+    # bad-8x-pcie-dual-socket holds an L40S box's NVML readings plus an NCCL log of host sh9-machine-...,
+    # a p2pBandwidthLatencyTest of host 2080ti-R01 and a key-less lspci. `analyze` and `audit` keep them
+    # apart; `fleet` merged them all into host-2 and listed their warnings as host-2's.
+    bundle = FIXTURES / "bundles" / "bad-8x-pcie-dual-socket"
+    _, fleet = _json("fleet", str(bundle))
+    counts = {c["id"]: c["hosts"] for c in fleet["finding_counts"]}
+    assert counts == {"pcie-width-below-max": "host-2", "inputs-several-machines": "host-2"}
+    _, out = _text("fleet", str(bundle))
+    assert "p2p-cannot-access-peer" not in out and "nccl-same-host-pair-not-p2p" not in out
+    # The same node replayed through `check --from ... --format json` and then `fleet`: the same answer.
+    _, check_report = _text("check", "--from", str(bundle), "--format", "json")
+    (tmp_path / "host-2.json").write_text(check_report)
+    _, replayed = _json("fleet", str(tmp_path / "host-2.json"))
+    assert replayed["drain"] == fleet["drain"] == {"hosts": "host-2", "nodes": 1}
+    assert {c["id"]: c["hosts"] for c in replayed["finding_counts"]} == counts
