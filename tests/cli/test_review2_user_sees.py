@@ -103,3 +103,14 @@ def test_fleet_never_counts_another_machines_findings_in_a_mixed_bundle(tmp_path
     _, replayed = _json("fleet", str(tmp_path / "host-2.json"))
     assert replayed["drain"] == fleet["drain"] == {"hosts": "host-2", "nodes": 1}
     assert {c["id"]: c["hosts"] for c in replayed["finding_counts"]} == counts
+
+
+def test_a_socket_run_seen_from_one_host_does_not_span_1_nodes() -> None:
+    # The log holds the ranks of one (redacted) host; its NET/Socket connections reach rank 6 elsewhere.
+    # "spans 1 nodes and NCCL sends inter-node data over TCP" contradicted itself.
+    _, report = _json("analyze", str(FIXTURES / "nccl" / "nccl-2.1x-redacted-host-socket-2nodes.log"))
+    explanation = _finding(report, "nccl-multinode-socket")["explanation"]
+    assert "spans 1 nodes" not in explanation
+    assert "spans more than one node (this log shows the ranks of 1 host; its NET connections reach ranks on " \
+           "another) and NCCL sends inter-node data over TCP sockets" in explanation
+

@@ -402,13 +402,19 @@ def check_multinode_socket(machine: Machine, earlier: list[Finding]) -> Iterable
             evidence.extend(_env_evidence(run, "NCCL_IB_DISABLE"))
         evidence.extend(s for s in run.net.sources[:2] if s not in evidence)
         because = ": " + "; ".join(why) if why else ""
+        nodes = run.nodes or len(run.hosts)
+        # A log saved on one host shows only its own ranks; a NET connection proves the other node exists.
+        spans = (f"spans {nodes} nodes" if nodes > 1 else
+                 "spans more than one node (this log shows the ranks of 1 host; its NET connections reach ranks on "
+                 "another)" if nodes == 1 else
+                 "spans more than one node (its NET connections reach ranks on another host)")
         yield Finding(
             id="nccl-multinode-socket",
             severity="warn",
             subjects=[_subject_run(run)],
             title=f"traffic between nodes uses NET/Socket (TCP){because.split(';')[0] if why else ''}",
             explanation=(
-                f"{_run_label(run)} spans {run.nodes or len(run.hosts)} nodes and NCCL sends inter-node data over TCP "
+                f"{_run_label(run)} {spans} and NCCL sends inter-node data over TCP "
                 f"sockets{because}. Sockets reach a few GB/s at best and load the CPUs; RDMA (InfiniBand/RoCE, or a "
                 "cloud plugin such as EFA) is what multi-node training and serving need."
             ),
