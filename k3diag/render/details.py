@@ -157,7 +157,8 @@ def p2p(machine: "Machine", out: Out) -> None:
         gpus = sorted({s.src for s in statuses} | {s.dst for s in statuses}, key=endpoint_sort_key)
         pairs = {tuple(sorted((s.src, s.dst), key=endpoint_sort_key)) for s in statuses}
         if all(s.status == "OK" for s in statuses):
-            out.line(f"P2P {name}: OK between all {len(pairs)} pairs of {len(gpus)} GPUs")
+            out.line(f"P2P {name}: OK between " + (f"the {len(gpus)} GPUs" if len(pairs) == 1
+                                                      else f"all {len(pairs)} pairs of {len(gpus)} GPUs"))
             continue
         out.line(f"P2P {name} (OK; refused: NS, GNS, CNS, TNS, DR; U unknown; - not in the evidence):", "bold")
         lookup = {(s.src, s.dst): s.status for s in statuses}

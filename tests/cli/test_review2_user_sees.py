@@ -114,3 +114,9 @@ def test_a_socket_run_seen_from_one_host_does_not_span_1_nodes() -> None:
     assert "spans more than one node (this log shows the ranks of 1 host; its NET connections reach ranks on " \
            "another) and NCCL sends inter-node data over TCP sockets" in explanation
 
+
+def test_p2p_between_two_gpus_is_not_all_1_pairs() -> None:
+    _, out = _text("analyze", str(FIXTURES / "amd" / "amd-smi-topology-json-links-doc-trailing-commas-ellipsis.txt"),
+                   "--details")
+    assert "all 1 pairs" not in out
+    assert "P2P (capability not named in the paste): OK between the 2 GPUs" in out.splitlines()
