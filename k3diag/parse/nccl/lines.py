@@ -90,10 +90,28 @@ class LineFeed:
         note_host = self._note_host
         head_codes = self.head_cache.get
         rests = self.rest_cache.get
+        tails = self.conn_tails
+        tail_of = tails.get
         dropped = 0
         for lineno, raw in numbered:
             k = raw.find(mark)
-            if k < 0:
+            if k >= 0:
+                known = tail_of(raw[k:])
+                if known is not None:
+                    # a connection line whose text (from its mark on) was read before: only its thread is new
+                    thread = threads_get(raw[:k])
+                    if thread is not None:
+                        dropped += 1
+                        if thread.host not in hosts:
+                            host_seen(thread, lineno, raw)
+                        inst = thread.current
+                        agg = (inst.conns if inst is not None else thread.pending).get(known[1])
+                        if agg is not None:
+                            agg.codes.add(known[0])
+                        else:
+                            conn_line(thread, raw[k + 11 :], raw, lineno)
+                        continue
+            else:
                 if raw.startswith("NCCL INFO ") or raw.startswith("NCCL WARN "):
                     record(" " + raw, 0, lineno)  # a record whose prefix was lost (wrapped terminal, cut paste)
                 else:
@@ -133,6 +151,9 @@ class LineFeed:
                         parsed = rests(rest)
                         if parsed.__class__ is tuple:
                             inst = thread.current
+                            if len(tails) >= P.MAX_REST_CACHE:
+                                tails.clear()
+                            tails[raw[k:]] = (code[1], parsed[0])
                             agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
                             if agg is not None:
                                 agg.codes.add(code[1])

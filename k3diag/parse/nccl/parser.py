@@ -22,6 +22,9 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.orphans: dict[tuple, dict] = {}  # (host, pid) -> {ConnKey: ConnAgg}
         self.head_cache: dict[str, tuple] = {}
         self.rest_cache: dict[str, object] = {}
+        # ` NCCL INFO Channel ...` (a line from its record mark on) -> (channel code, connection key), for
+        # the plain connection lines read before: the same text recurs in every job and TP group
+        self.conn_tails: dict[str, tuple] = {}
         self.conn_overflow = 0
         self.dropped_instances = 0
         self.version: str | None = None
@@ -112,6 +115,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.tracks = {}
         self.head_cache = {}
         self.rest_cache = {}
+        self.conn_tails = {}
         self.ring_cache = {}
         self.trees_cache = {}
         self.once_read = set()
