@@ -4,12 +4,14 @@ optionally reading every log-wide fact line again (`patterns.read_once` off)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
 from k3diag.model.source import SourceRef
 from k3diag.parse.nccl import parse_stream
 from k3diag.parse.nccl import patterns as P
+from k3diag.parse.nccl.parser import NcclLogParser
 
 
 def sources(value, out: list) -> list:
@@ -46,17 +48,43 @@ def canon(result) -> str:
     return json.dumps(out, sort_keys=True, default=str)
 
 
+class _Forgetful(dict):
+    """A cache that never keeps anything: the reference reads every line from its text."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _line_caches_off():
+    """The reference path without the cache of connection-line texts (`NcclLogParser.conn_tails`), which
+    the other paths use: what they give must not depend on what was read before."""
+    init = NcclLogParser.__init__
+
+    def forgetful_init(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self.conn_tails = _Forgetful()
+
+    NcclLogParser.__init__ = forgetful_init
+    try:
+        yield
+    finally:
+        NcclLogParser.__init__ = init
+
+
 def exact(text: str, input_name: str, every_line: bool = False) -> str:
-    """`canon` of the exact path over `text`'s lines; `every_line`: each log-wide fact line is read
-    again, not once per host and text (what the once-per-host rule must not change)."""
+    """`canon` of the exact path over `text`'s lines, each connection line read from its own text;
+    `every_line`: each log-wide fact line is read again, not once per host and text (what the
+    once-per-host rule must not change)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    if not every_line:
-        return canon(parse_stream(lines, input_name))
-    read_once = P.read_once
-    P.read_once = lambda body: False
-    try:
-        return canon(parse_stream(lines, input_name))
-    finally:
-        P.read_once = read_once
+    with _line_caches_off():
+        if not every_line:
+            return canon(parse_stream(lines, input_name))
+        read_once = P.read_once
+        P.read_once = lambda body: False
+        try:
+            return canon(parse_stream(lines, input_name))
+        finally:
+            P.read_once = read_once
