@@ -21,6 +21,7 @@ from k3diag.parse.nccl.state import Instance, Thread, absorb_all
 
 POOL_MIN_BYTES = 48 << 20  # below this, starting a process costs more than it saves
 MAX_WORKERS = 8
+PICKLE_LEAD_BYTES = 16 << 20  # how much more the first part reads (`_cut_points`)
 
 
 def available_cores() -> int:
@@ -95,14 +96,25 @@ def _count_newlines(path: Path, end: int) -> int:
 
 
 def _cut_points(path: Path, size: int, parts: int) -> list[int]:
+    """Where each part starts (at a line start), and the file's end. The first part, read in this process,
+    is longer by `_lead(size)`: each later part's state is pickled in its worker and unpickled here, so a
+    worker given as much as this process would keep it waiting for that long."""
+    lead = _lead(size) if parts > 1 else 0
+    first = (size + lead * (parts - 1)) // parts
     cuts = [0]
     with path.open("rb") as handle:
         for index in range(1, parts):
-            handle.seek(max(size * index // parts, cuts[-1]))
+            handle.seek(max(first + (size - first) * (index - 1) // (parts - 1), cuts[-1]))
             handle.readline()  # to the start of the next line
             cuts.append(min(handle.tell(), size))
     cuts.append(size)
     return sorted(set(cuts)) if len(set(cuts)) < len(cuts) else cuts
+
+
+def _lead(size: int) -> int:
+    # a part's pickled state is bounded (about 5 MB at any size: the K runs, the open instances), which
+    # takes about as long to send and receive as reading 10 to 15 MiB of log takes
+    return min(PICKLE_LEAD_BYTES, size // 16)
 
 
 def _read_range(parser: NcclLogParser, path: Path, start: int, end: int, first_line: int) -> None:
