@@ -120,3 +120,34 @@ def test_p2p_between_two_gpus_is_not_all_1_pairs() -> None:
                    "--details")
     assert "all 1 pairs" not in out
     assert "P2P (capability not named in the paste): OK between the 2 GPUs" in out.splitlines()
+
+
+def test_every_verdict_level_a_report_gives_is_documented_and_in_the_schema() -> None:
+    # docs/report-schema.md promised `level: good|usable|poor|none`; reports said "faulty" and "unknown" too,
+    # and "status" (what `Verdict [OK]` prints) was not documented at all: a script switching on the
+    # documented values met values it was never told of, and the JSON Schema did not check the field.
+    import jsonschema
+
+    row = next(line for line in (REPO / "docs" / "report-schema.md").read_text().splitlines()
+               if line.startswith("| `verdict` |"))
+    schema = json.loads((REPO / "k3diag" / "data" / "schema" / "report.schema.json").read_text())
+    cases = {
+        "faulty": EXAMPLE,
+        "unknown": FIXTURES / "nvidia" / "csv-l40s-8x-idle-gen1.txt",
+        "good": FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt",
+        "poor": FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt",
+        "usable": FIXTURES / "nvidia" / "topo-m-4x4090-phb-trailing-prompt.txt",
+    }
+    for level, path in cases.items():
+        _, report = _json("analyze", str(path))
+        assert report["verdict"]["level"] == level, path
+        assert f"`{level}`" in row
+        assert f"`{report['verdict']['status']}`" in row
+        jsonschema.validate(report, schema)
+    report["verdict"]["level"] = "great"
+    try:
+        jsonschema.validate(report, schema)
+    except jsonschema.ValidationError:
+        pass
+    else:
+        raise AssertionError("the schema let an undocumented verdict level through")
