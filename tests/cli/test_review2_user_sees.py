@@ -151,3 +151,10 @@ def test_every_verdict_level_a_report_gives_is_documented_and_in_the_schema() ->
         pass
     else:
         raise AssertionError("the schema let an undocumented verdict level through")
+
+
+def test_serving_load_of_one_request_per_second_is_singular() -> None:
+    code, out = _text("serving", str(FIXTURES / "serving" / "vllm-bench-serve-qwen3vl-8b-1qps.json"))
+    assert code == 3  # one run of unknown layout: nothing to rank
+    assert "1 requests" not in out
+    assert "layout unknown  1 request/s/replica  95.7/n/r/143.3" in out

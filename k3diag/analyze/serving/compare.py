@@ -171,9 +171,10 @@ def load_text(key: tuple[str, float] | None) -> str:
     kind, value = key
     if kind == "concurrency":
         return f"concurrency {value:g} per replica"
+    requests = "request" if value == 1 else "requests"
     if kind == "rate":
-        return f"{value:g} requests/s per replica"
-    return f"{value:g} requests sent at once per replica"
+        return f"{value:g} {requests}/s per replica"
+    return f"{value:g} {requests} sent at once per replica"
 
 
 def _same(a: float, b: float, tolerance: float) -> bool:
