@@ -158,3 +158,18 @@ def test_serving_load_of_one_request_per_second_is_singular() -> None:
     assert code == 3  # one run of unknown layout: nothing to rank
     assert "1 requests" not in out
     assert "layout unknown  1 request/s/replica  95.7/n/r/143.3" in out
+
+
+def test_inputs_skipped_unread_are_not_called_unrecognized(tmp_path: Path) -> None:
+    # A folder with one topo -m and a dangling link: the link is skipped unread, and "1 not recognized"
+    # said k3diag had read it and found no format it knows.
+    import shutil
+
+    folder = tmp_path / "node"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt", folder)
+    (folder / "dangling").symlink_to(tmp_path / "nowhere")
+    _, out = _text("analyze", str(folder))
+    assert "not recognized" not in out
+    assert "Inputs: 1 read, 1 not used" in out.splitlines()
+    assert f"  {folder}/dangling is a symbolic link and was not followed" in out.splitlines()
