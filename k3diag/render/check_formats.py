@@ -51,12 +51,33 @@ def worst_finding(report: dict) -> dict | None:
     return None
 
 
+_NOTHING_ANALYZED = "Nothing could be analyzed"
+
+
+def _unread_inputs(report: dict) -> str | None:
+    """Why nothing could be analyzed, from the inputs' own sentences: the check formats print no Inputs
+    section, so the verdict's "(see Inputs)" would point at nothing and the reason would be lost."""
+    unread = [i for i in report.get("inputs") or []
+              if isinstance(i, dict) and i.get("format") == "unknown" and i.get("warnings")]
+    if not unread:
+        return None
+    path, warning = str(unread[0].get("path")), str(unread[0]["warnings"][0])
+    name = Path(path).name  # a bundle's sentences name it by its file name
+    said = warning if warning.startswith((f"{path}: ", f"{path} ", f"{name}: ", f"{name} ")) else f"{path}: {warning}"
+    more = f" (and {len(unread) - 1} more input(s) not used)" if len(unread) > 1 else ""
+    return f"{_NOTHING_ANALYZED}: {said}{more}"
+
+
 def unknown_reason(report: dict) -> str:
     """Why the node could not be judged, in one sentence."""
     for note in report.get("notes") or []:
         if isinstance(note, dict) and note.get("subject") == "check":
             return str(note.get("message"))
     verdict = report.get("verdict") or {}
+    if isinstance(verdict, dict) and str(verdict.get("text") or "").startswith(_NOTHING_ANALYZED):
+        unread = _unread_inputs(report)
+        if unread:
+            return unread
     if isinstance(verdict, dict) and verdict.get("text"):
         return str(verdict["text"])
     return "nothing on this node could be analyzed"
@@ -73,6 +94,8 @@ def headline(report: dict, code: int, short: bool = False) -> str:
     few words) over the note's full explanation."""
     if code == EXIT_UNKNOWN:
         verdict = report.get("verdict") or {}
+        if short and isinstance(verdict, dict) and str(verdict.get("text") or "").startswith(_NOTHING_ANALYZED):
+            return unknown_reason(report)
         if short and isinstance(verdict, dict) and verdict.get("text"):
             return str(verdict["text"])
         return unknown_reason(report)

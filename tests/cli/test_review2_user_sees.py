@@ -173,3 +173,30 @@ def test_inputs_skipped_unread_are_not_called_unrecognized(tmp_path: Path) -> No
     assert "not recognized" not in out
     assert "Inputs: 1 read, 1 not used" in out.splitlines()
     assert f"  {folder}/dangling is a symbolic link and was not followed" in out.splitlines()
+
+
+def test_check_of_unreadable_evidence_says_why_not_see_inputs(tmp_path: Path) -> None:
+    # `check --from` a bundle cut short: "UNKNOWN: Nothing could be analyzed: ... (see Inputs)." pointed at an
+    # Inputs section the check formats do not print, and the reason (the archive ends early) was nowhere.
+    import io
+    import tarfile
+
+    archive = tmp_path / "node7.tar.gz"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(EXAMPLE, arcname="node7")
+    archive.write_bytes(buffer.getvalue()[:2000])
+    code, nagios = _text("check", "--from", str(archive), "--format", "nagios")
+    assert code == 3
+    assert "see Inputs" not in nagios
+    assert nagios.startswith(f"K3DIAG UNKNOWN - {archive}: Nothing could be analyzed: {archive.name} ends early or "
+                             "is corrupt (")
+    _, text = _text("check", "--from", str(archive))
+    assert "see Inputs" not in text
+    assert "ends early or is corrupt" in text.splitlines()[0]
+    empty = tmp_path / "topo.txt"
+    empty.write_text("")
+    _, npd = _text("check", "--from", str(empty), "--format", "npd")
+    assert npd.startswith("UNKNOWN Nothing could be analyzed: /") and "see" not in npd and len(npd) <= 80
+    _, text = _text("check", "--from", str(empty))
+    assert text.startswith(f"k3diag check {empty}: UNKNOWN: Nothing could be analyzed: {empty}: the file is empty\n")
