@@ -285,7 +285,7 @@ def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, fir
     while values and len(cells) < len(result.columns) and is_cell_token(values[0]):
         cells.append(values.pop(0))
     if len(cells) < len(result.columns):
-        missing = result.columns[len(cells):]
+        missing = [col for col in result.columns[len(cells):] if col != name]  # its own diagonal is X, not unknown
         result.warnings.append(
             f"line {line_no}: the {name} row has {len(cells)} of {len(result.columns)} cells (the line looks cut); "
             f"{', '.join(missing)} unknown"

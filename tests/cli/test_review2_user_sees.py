@@ -200,3 +200,13 @@ def test_check_of_unreadable_evidence_says_why_not_see_inputs(tmp_path: Path) ->
     assert npd.startswith("UNKNOWN Nothing could be analyzed: /") and "see" not in npd and len(npd) <= 80
     _, text = _text("check", "--from", str(empty))
     assert text.startswith(f"k3diag check {empty}: UNKNOWN: Nothing could be analyzed: {empty}: the file is empty\n")
+
+
+def test_a_cut_matrix_row_does_not_call_its_own_diagonal_unknown(tmp_path: Path) -> None:
+    # `GPU4  NV18  NV18 ` (a paste cut after two cells): the warning listed GPU4 itself among the unknown cells.
+    lines = (FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt").read_text().splitlines()
+    cut = tmp_path / "topo-cut.txt"
+    cut.write_text("\n".join(lines[:6] + [lines[6][:16]]) + "\n")
+    _, report = _json("analyze", str(cut))
+    (warning,) = [w for w in report["inputs"][0]["warnings"] if "row has" in w]
+    assert warning == "line 7: the GPU4 row has 2 of 8 cells (the line looks cut); GPU2, GPU3, GPU5, GPU6, GPU7 unknown"
