@@ -210,3 +210,17 @@ def test_a_cut_matrix_row_does_not_call_its_own_diagonal_unknown(tmp_path: Path)
     _, report = _json("analyze", str(cut))
     (warning,) = [w for w in report["inputs"][0]["warnings"] if "row has" in w]
     assert warning == "line 7: the GPU4 row has 2 of 8 cells (the line looks cut); GPU2, GPU3, GPU5, GPU6, GPU7 unknown"
+
+
+def test_a_gpu_in_a_slot_wired_x8_is_not_told_to_reseat_the_card() -> None:
+    # vm-flattened's lspci shows GPU2 (capable of x16) below a root port whose LnkCap is x8: the slot is
+    # wired x8. The FAIL said "because: ... the root port above it is wired x8" and then "Fix: Reseat the card".
+    _, out = _text("analyze", str(FIXTURES / "scenarios" / "vm-flattened"))
+    lines = out.splitlines()
+    start = lines.index("  [FAIL] GPU2 link runs at x8 of x16  (pcie-width-below-max)")
+    fix = next(line for line in lines[start:] if line.strip().startswith("Fix:"))
+    assert "Reseat the card" not in fix
+    assert fix.strip().startswith("Fix: Move the GPU to a slot whose lanes are all wired (x16)")
+    # A GPU whose link trained below both ends' capability is still told to reseat it.
+    _, example = _text("analyze", str(EXAMPLE))
+    assert "      Fix: Reseat the card (and its riser), check the slot is wired x16" in example

@@ -45,6 +45,12 @@ def check_link_width(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
         if finding is not None:
             if kind == "gpu":
                 link_cause(earlier, "pcie-width-below-max", label, finding.key)
+                if finding.data.get("kind") == "wired":
+                    # The slot's lanes are the limit (the port above is wired narrower): reseating, the GPU
+                    # finding's general fix, would not help; moving the card would.
+                    for gpu_finding in earlier:
+                        if gpu_finding.id == "pcie-width-below-max" and label in gpu_finding.subjects:
+                            gpu_finding.remedy = finding.remedy
             yield finding
     other = _other_narrow_links(machine, tree, covered_bdfs(tree, endpoints))
     if other is not None:
