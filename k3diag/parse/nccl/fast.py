@@ -43,7 +43,10 @@ _TAG_NEEDS = {tag[5:].encode(): need.encode() for tag, need in P.TAG_NEEDS.items
 _COUNT_NEEDS = P.COUNT_TAG_NEEDS.encode()
 MAX_KINDS = 20_000
 _COMM_STARTS = ("ncclCommInitRank comm 0x", "comm 0x")  # the communicator lines `_info` sends to `_comm`
-MAX_PLANS = 4_096  # distinct stretches of `Channel` lines whose fold is remembered (`_fold`)
+# `_fold` remembers the plan of a stretch of `Channel` lines up to this many lines, and keeps at most this
+# many bytes of lines in all as keys
+MAX_PLAN_LINES = 256
+MAX_PLANNED_BYTES = 4 << 20
 # words the exact path looks for in a whole line, which a launcher prefix could hold: such runs go there
 _HEAD_WORDS = tuple(need for need in _TAG_NEEDS.values()) + (_COUNT_NEEDS, b" -> ")
 # what a line other than a `Channel` line is, by its text alone (cached per distinct text)
@@ -85,7 +88,7 @@ class _Codes(dict):
         else:
             conn = match.group("conn")
             value = channel_code(int(match.group("ch")), int(conn) if conn is not None else None)
-        if len(self) < 4096:
+        if len(self) < 4096 and len(head) <= P.MAX_CACHED_TEXT:
             self[head] = value
         return value
 
@@ -100,6 +103,7 @@ class FastFeed:
             self._rest_bytes: dict[bytes, object] = {}
             self._kinds: dict[bytes, str] = {}
             self._plans: dict[tuple, object] = {}
+            self._plan_bytes = 0
         if b"\x1b" in chunk:
             # colour codes (`grep --color=always`, coloured launcher prefixes) go before anything is read, as
             # on the exact path; no sequence spans a newline, so line numbers stay; undecodable bytes stay
@@ -226,7 +230,7 @@ class FastFeed:
 
     def _kind_of(self, body: bytes) -> str:
         kind = _kind(body)
-        if kind is _CUT:
+        if kind is _CUT or len(body) > P.MAX_CACHED_TEXT:
             return kind  # a communicator line names its own pointer: its text does not recur
         if len(self._kinds) >= MAX_KINDS:
             self._kinds.clear()
@@ -263,9 +267,10 @@ class FastFeed:
                 if key in once:
                     counted += 1
                     continue  # read before for this thread's host: nothing would change
-                if len(once) >= P.MAX_ONCE:
-                    once.clear()
-                once.add(key)
+                if len(body) <= P.MAX_CACHED_TEXT:
+                    if len(once) >= P.MAX_ONCE:
+                        once.clear()
+                    once.add(key)
             counted += 1
             self._read(body, head, pre, lineno + index)
         return counted
@@ -285,14 +290,21 @@ class FastFeed:
         given); False (and nothing changed) if the exact path must read them."""
         # The same stretch of lines recurs, prefix aside: every job on a cluster, every tensor-parallel group
         # of a job (local ranks print the same peers). Its plan is made once per distinct stretch.
-        plans = self._plans
-        stretch = tuple(conn)
-        plan = plans.get(stretch)
-        if plan is None:
-            plan = self._plan(conn)
-            if len(plans) >= MAX_PLANS:
-                plans.clear()
-            plans[stretch] = plan
+        if len(conn) > MAX_PLAN_LINES:
+            plan = self._plan(conn)  # an all-to-all's thousands of lines: too big to keep, unlikely to recur
+        else:
+            plans = self._plans
+            stretch = tuple(conn)
+            plan = plans.get(stretch)
+            if plan is None:
+                plan = self._plan(conn)
+                # bounded by the bytes the keys hold, so the memory does not depend on the log
+                size = sum(map(len, conn))
+                self._plan_bytes += size
+                if self._plan_bytes > MAX_PLANNED_BYTES:
+                    plans.clear()
+                    self._plan_bytes = size
+                plans[stretch] = plan
         if plan is False:
             return False
         inst = thread.current
@@ -346,9 +358,10 @@ class FastFeed:
                 if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
                         or _OPCOUNT in rest:
                     parsed = _UNPARSED  # for the exact path to read (and count) line by line
-                if len(cache) >= P.MAX_REST_CACHE:
-                    cache.clear()
-                cache[rest] = parsed
+                if len(rest) <= P.MAX_CACHED_TEXT:
+                    if len(cache) >= P.MAX_REST_CACHE:
+                        cache.clear()
+                    cache[rest] = parsed
             if parsed is _UNPARSED:
                 return False
             plan.append((first, frozenset(group_codes), parsed))

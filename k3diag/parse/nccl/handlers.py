@@ -74,10 +74,11 @@ class LineHandlers:
                 thread.head_closed = False
                 thread.current = thread.head
             self.threads[key] = thread
-        if len(self.prefix_cache) >= P.MAX_PREFIX_CACHE:
-            # prefixes carrying timestamps are unique per line: stop them from piling up
-            self.prefix_cache.clear()
-        self.prefix_cache[pre] = thread
+        if len(pre) <= P.MAX_CACHED_TEXT:
+            if len(self.prefix_cache) >= P.MAX_PREFIX_CACHE:
+                # prefixes carrying timestamps are unique per line: stop them from piling up
+                self.prefix_cache.clear()
+            self.prefix_cache[pre] = thread
         return thread
 
     def forget_idle_threads(self) -> None:
@@ -187,9 +188,10 @@ class LineHandlers:
                 key = (thread.host, body)
                 if key in self.once_read:
                     return
-                if len(self.once_read) >= P.MAX_ONCE:
-                    self.once_read.clear()
-                self.once_read.add(key)
+                if len(body) <= P.MAX_CACHED_TEXT:
+                    if len(self.once_read) >= P.MAX_ONCE:
+                        self.once_read.clear()
+                    self.once_read.add(key)
             self._info(raw, body, pre, lineno)
         elif level == "WARN":
             self.lines_nccl += 1
@@ -288,7 +290,7 @@ class LineHandlers:
                         nexts = inst.ring_next.setdefault(int(arrow.group("ch")), {})
                         nexts[int(arrow.group("me"))] = int(arrow.group("next"))
                     return
-            if len(self.ring_cache) < 10_000:
+            if len(self.ring_cache) < 10_000 and len(body) <= P.MAX_CACHED_TEXT:
                 self.ring_cache[body] = cached
         if cached is None:
             return
@@ -331,9 +333,10 @@ class LineHandlers:
                 down = [int(x) for x in match.group("down").split("/")]
                 items.append((int(match.group("ch")), int(match.group("me")), None if up < 0 else up,
                               tuple(d for d in down if d >= 0)))
-            if len(self.trees_cache) >= 10_000:
-                self.trees_cache.clear()
-            self.trees_cache[body] = items
+            if len(body) <= P.MAX_CACHED_TEXT:
+                if len(self.trees_cache) >= 10_000:
+                    self.trees_cache.clear()
+                self.trees_cache[body] = items
         source = None
         trees = inst.trees
         for ch, me, up, down in items:

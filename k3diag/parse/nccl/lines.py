@@ -151,9 +151,10 @@ class LineFeed:
                         parsed = rests(rest)
                         if parsed.__class__ is tuple:
                             inst = thread.current
-                            if len(tails) >= P.MAX_REST_CACHE:
-                                tails.clear()
-                            tails[raw[k:]] = (code[1], parsed[0])
+                            if len(raw) - k <= P.MAX_CACHED_TEXT:
+                                if len(tails) >= P.MAX_REST_CACHE:
+                                    tails.clear()
+                                tails[raw[k:]] = (code[1], parsed[0])
                             agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
                             if agg is not None:
                                 agg.codes.add(code[1])
@@ -190,7 +191,7 @@ class LineFeed:
                 return
             conn = match.group("conn")
             code = (match.group("kind"), channel_code(int(match.group("ch")), int(conn) if conn is not None else None))
-            if len(self.head_cache) < 4096:
+            if len(self.head_cache) < 4096 and len(head) <= P.MAX_CACHED_TEXT:
                 self.head_cache[head] = code
         parsed = self.parse_rest(rest)
         if parsed is _UNPARSED:
@@ -232,9 +233,10 @@ class LineFeed:
                 key = (int(match.group("src")), int(match.group("dst")), via, match.group("dir"))
                 parsed = (key, match.group("sb").strip(), match.group("db").strip(), transport,
                           int(nr) if nr else None)
-        if len(self.rest_cache) >= P.MAX_REST_CACHE:
-            self.rest_cache.clear()
-        self.rest_cache[rest] = parsed
+        if len(rest) <= P.MAX_CACHED_TEXT:
+            if len(self.rest_cache) >= P.MAX_REST_CACHE:
+                self.rest_cache.clear()
+            self.rest_cache[rest] = parsed
         return parsed
 
     def _split_and_feed(self, raw: str, lineno: int) -> None:

@@ -15,6 +15,9 @@ MAX_THREADS = 8_192  # threads with nothing in flight are forgotten beyond this
 MAX_TREES = 50_000  # tree entries over all communicators (a rank prints one per channel)
 MAX_PREFIX_CACHE = 20_000
 MAX_REST_CACHE = 50_000
+# Texts longer than this are parsed each time, not kept as cache keys: a log of long odd lines must not
+# make the caches hold gigabytes (a connection line's text after ` : ` is 30 to 120 characters)
+MAX_CACHED_TEXT = 256
 MAX_MESSAGES = 300  # distinct WARN/error messages
 MAX_ENV = 300
 MAX_PATHS = 4_000

@@ -1,0 +1,65 @@
+"""The parser's caches (per distinct prefix, line text, connection text, stretch of `Channel` lines) keep
+what recurs; a log of long lines that never recur must not make them hold the log. Reading such a log
+gives what the exact path gives, and what the parser still holds afterwards stays small."""
+
+from __future__ import annotations
+
+from nccl_equivalence import canon, exact
+
+from k3diag.parse.nccl import parse_bytes
+from k3diag.parse.nccl.parser import NcclLogParser
+
+LONG = 6000  # characters of odd text in each line: far past any cache's key limit
+
+
+def _odd_log(count: int) -> str:
+    lines = []
+    for index in range(count):
+        pre = f"{'x' * LONG}{index} h1:1:2 [0] NCCL INFO "  # junk glued before the record header
+        lines += [
+            pre + f"Channel {index % 32:02d}/0 : 0[0] -> 1[1] via P2P/IPC",
+            f"h1:1:2 [0] NCCL INFO Channel {index % 32:02d}/0 : 0[0] -> 1[1] via P2P/{'y' * LONG}{index}",
+            f"h1:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_{index}:1/IB {'z' * LONG}",
+            f"h1:1:2 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 {'[1] -1/-1/-1->0->1 ' * (LONG // 20)}{index}",
+            f"h1:1:2 [0] NCCL INFO Channel {index % 32:02d} :    0   1 {'  2' * (LONG // 3)} {index}",
+            f"h1:1:2 [0] NCCL INFO Setting affinity for GPU 0 to {'f' * LONG}{index}",
+        ]
+    # the same thread's ordinary lines around them, so that the bulk path's runs take them too
+    block = [f"h1:1:2 [0] NCCL INFO Channel {ch:02d}/0 : 0[0] -> 1[1] via P2P/IPC" for ch in range(16)]
+    return "\n".join(block + lines + block) + "\n"
+
+
+def _held_text(parser: NcclLogParser) -> int:
+    """Characters (or bytes) of text the parser's caches hold as keys."""
+    total = 0
+    for value in vars(parser).values():
+        if isinstance(value, (dict, set)) and len(value) < 1_000_000:
+            for key in value:
+                for part in key if isinstance(key, tuple) else (key,):
+                    if isinstance(part, (str, bytes)):
+                        total += len(part)
+    return total
+
+
+def test_long_lines_that_never_recur_are_not_kept() -> None:
+    text = _odd_log(150)
+    data = text.encode()
+    assert len(data) > 5_000_000
+    parser = NcclLogParser("odd.log")
+    parser.feed_bytes(data, 1)
+    assert _held_text(parser) < 200_000, _held_text(parser)
+    parser = NcclLogParser("odd.log")
+    parser.feed(text.split("\n")[:-1], 1)
+    assert _held_text(parser) < 200_000, _held_text(parser)
+    # and nothing read differs from reading every line from its own text
+    assert canon(parse_bytes(data, "odd.log")) == exact(text, "odd.log")
+
+
+def test_the_odd_log_is_read_not_skipped() -> None:
+    """What the user sees of it: every line counted, the ring of plain lines in full, each odd transport
+    text its own connection."""
+    result = parse_bytes(_odd_log(20).encode(), "odd.log")
+    assert (result.lines_total, result.lines_skipped) == (16 * 2 + 20 * 6, 0)
+    by_via = {conn.via: conn for run in result.runs for conn in run.connections}
+    assert by_via["P2P/IPC"].to_json()["channel_count"] == 20  # channels 00-15, then 16-19 of the glued lines
+    assert sum(via.startswith("P2P/yyy") for via in by_via) == 20
