@@ -1,12 +1,17 @@
-"""The parser's caches (per distinct prefix, line text, connection text, stretch of `Channel` lines) keep
-what recurs; a log of long lines that never recur must not make them hold the log. Reading such a log
-gives what the exact path gives, and what the parser still holds afterwards stays small."""
+"""Untrusted logs of long odd lines: the parser's caches (per distinct prefix, line text, connection text,
+stretch of `Channel` lines) keep what recurs, so such lines must not make them hold the log; the record
+header before a long run of junk is found in linear time. Such a log reads as the exact path reads it."""
 
 from __future__ import annotations
 
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nccl_equivalence import canon, exact
 
 from k3diag.parse.nccl import parse_bytes
+from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.parser import NcclLogParser
 
 LONG = 6000  # characters of odd text in each line: far past any cache's key limit
@@ -63,3 +68,21 @@ def test_the_odd_log_is_read_not_skipped() -> None:
     by_via = {conn.via: conn for run in result.runs for conn in run.connections}
     assert by_via["P2P/IPC"].to_json()["channel_count"] == 20  # channels 00-15, then 16-19 of the glued lines
     assert sum(via.startswith("P2P/yyy") for via in by_via) == 20
+
+
+# The record-header patterns as first written, tried at every character: the reference for what the
+# anchored ones (tried only where a run of host characters starts, linear in the junk before a header) find.
+_PLAIN_HEADER = re.compile(
+    r"(?P<host>[^\s:\x00\ufffd]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
+_PLAIN_NOPID = re.compile(r"(?P<host>[^\s:\[\]\x00\ufffd]+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
+_PIECES = ["a", "1", ":", " ", "[", "]", "x", "\x00", "\ufffd", "0", "\t", "h1:1:2 [0]", "host [3]",
+           " misc/socket.cc:49", "<c>:5:6 [1] ", "[1,0]<stdout>:"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=14))
+def test_record_headers_are_found_as_a_search_from_every_character_finds_them(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    for anchored, plain in ((P.PREFIX_RE, _PLAIN_HEADER), (P.PREFIX_NOPID_RE, _PLAIN_NOPID)):
+        found, expected = anchored.search(text), plain.search(text)
+        assert (found and (found.span(), found.groupdict())) == (expected and (expected.span(), expected.groupdict()))

@@ -39,14 +39,18 @@ BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
 # The record header right before " NCCL INFO"/" NCCL WARN": host may be numeric, redacted
 # (`<cluster_name>`), a container id or a pod name; what precedes it is a launcher prefix, or NULs and
 # bad bytes glued to it (a log file whose writer crashed leaves a NUL-filled stretch before the next record).
+# The host is tried only where a run of host characters starts (the look-behind): the leftmost match starts
+# there anyway, and a search tried at every character of a long run re-reads the run from each one, time
+# quadratic in its length (9 ms for each distinct line with 1,000 characters of junk glued before its header).
 PREFIX_RE = re.compile(
-    r"(?P<host>[^\s:\x00\ufffd]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
+    r"(?<![^\s:\x00\ufffd])(?P<host>[^\s:\x00\ufffd]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
+    r"(?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
 )
-# The headers are searched in the last `MAX_HEADER_CHARS` of what precedes " NCCL ": searched whole, a
-# long run of junk glued before a record costs time quadratic in its length (each start retried).
+# The headers are searched in the last `MAX_HEADER_CHARS` of what precedes " NCCL " (a header is shorter).
 MAX_HEADER_CHARS = 1024
 # Some RCCL builds and redacted pastes drop pid:tid (`node [0] NCCL INFO`).
-PREFIX_NOPID_RE = re.compile(r"(?P<host>[^\s:\[\]\x00\ufffd]+) \[(?P<dev>\d+)\](?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
+PREFIX_NOPID_RE = re.compile(r"(?<![^\s:\[\]\x00\ufffd])(?P<host>[^\s:\[\]\x00\ufffd]+) \[(?P<dev>\d+)\]"
+                             r"(?: (?P<file>\S+?):(?P<fline>\d+))?\s*$")
 # A connection line is `<head> : <rest>`; both halves are parsed once per distinct text.
 CONN_HEAD_RE = re.compile(r"^(?P<kind>Ring|Channel) (?P<ch>\d+)(?:/(?P<conn>\d+))?$")
 CONN_REST_RE = re.compile(
