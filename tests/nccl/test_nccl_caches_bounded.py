@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nccl_equivalence import canon, exact
 
-from k3diag.parse.nccl import parse_bytes
+from k3diag.parse.nccl import parse_bytes, parse_stream
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.parser import NcclLogParser
 
@@ -86,3 +86,32 @@ def test_record_headers_are_found_as_a_search_from_every_character_finds_them(pi
     for anchored, plain in ((P.PREFIX_RE, _PLAIN_HEADER), (P.PREFIX_NOPID_RE, _PLAIN_NOPID)):
         found, expected = anchored.search(text), plain.search(text)
         assert (found and (found.span(), found.groupdict())) == (expected and (expected.span(), expected.groupdict()))
+
+
+def _job(job: int, transport: str) -> list[str]:
+    """One 2-rank job on one host: init, a tree and a ring per rank, complete."""
+    lines = []
+    for rank in range(2):
+        pre = f"h1:{100 + 2 * job + rank}:{200 + 2 * job + rank} [{rank}] NCCL INFO "
+        ptr = f"0x{0x5500 + 16 * job + rank:x}"
+        common = f"rank {rank} nranks 2 cudaDev {rank} nvmlDev {rank} busId {rank + 1}b000 commId 0x{job + 1:x}"
+        lines += [pre + f"ncclCommInitRank comm {ptr} {common} - Init START",
+                  pre + f"comm {ptr} rank {rank} nRanks 2 nNodes 1 localRanks 2 localRank {rank} MNNVL 0",
+                  pre + f"Trees [0] {1 - rank if rank == 0 else -1}/-1/-1->{rank}->{-1 if rank == 0 else 0}",
+                  pre + f"Channel 00/0 : {rank}[{rank}] -> {1 - rank}[{1 - rank}] via {transport}",
+                  pre + f"ncclCommInitRank comm {ptr} {common} - Init COMPLETE"]
+    return lines
+
+
+def test_a_late_run_reported_in_full_keeps_its_trees(monkeypatch) -> None:
+    """The bound on trees held while reading counts the trees of communicators not yet built: a run built
+    (in full or summarized) gives its back. It counted every tree ever read, so past it the trees of
+    every later run were dropped, silently, and the run that matters most, a late job that fell back to
+    shared memory between GPUs of one host, came out in full but without its trees."""
+    monkeypatch.setattr(P, "MAX_TREES", 12)
+    lines = [line for job in range(30) for line in _job(job, "P2P/CUMEM/read")] + _job(30, "SHM/direct/direct")
+    text = "\n".join(lines) + "\n"
+    for result in (parse_bytes(text.encode(), "jobs.log"), parse_stream(text.split("\n")[:-1], "jobs.log")):
+        late = [run for run in result.runs if run.comm_id == "0x1f"]
+        assert len(late) == 1 and {c.via for c in late[0].connections} == {"SHM/direct/direct"}
+        assert len(late[0].trees) == 2, late[0].trees

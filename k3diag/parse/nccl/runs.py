@@ -150,6 +150,9 @@ def _stats(insts: list[Instance], extra: dict) -> tuple[bool, NcclRunSummary]:
 
 def finalize_run(parser, key: str, members: list[Instance]) -> None:
     parser.keeper.offer(parser, key, members, {}, min((m.first_line for m in members), default=0))
+    # `MAX_TREES` bounds the trees held by communicators still being read: these are let go now (a run
+    # kept in full holds its own, at most `MAX_TREES_PER_RUN`), so later runs may keep theirs
+    parser.trees_kept -= sum(len(member.trees) for member in members if member.trees)
     # which processes took part: connection lines they print after init (lazy p2p) still find the run
     procs = parser.finalized_procs
     for member in members:
