@@ -329,8 +329,8 @@ def _layout_line(layout: dict) -> str:
     weights, free = facts.as_float(per_gpu.get("weights_gib")), facts.as_float(per_gpu.get("free_gib"))
     if weights is not None:
         line += f", weights {weights:.1f} GiB/GPU"
-    if free is not None:
-        line += f", {free:.1f} GiB free"
+    if free is not None:  # a layout that does not load is short of memory, not "-1413.1 GiB free"
+        line += f", {free:.1f} GiB free" if free >= 0 else f", {-free:.1f} GiB short per GPU"
     floor, comm = facts.as_float(layout.get("decode_ms_floor")), facts.as_float(layout.get("decode_ms_comm"))
     if floor is not None:
         line += f", decode >= {floor:.1f} ms/token" + (f" + {comm:.1f} ms communication" if comm is not None else "")

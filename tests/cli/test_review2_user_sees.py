@@ -224,3 +224,11 @@ def test_a_gpu_in_a_slot_wired_x8_is_not_told_to_reseat_the_card() -> None:
     # A GPU whose link trained below both ends' capability is still told to reseat it.
     _, example = _text("analyze", str(EXAMPLE))
     assert "      Fix: Reseat the card (and its riser), check the slot is wired x16" in example
+
+
+def test_audit_says_how_much_memory_is_short_not_a_negative_free() -> None:
+    # Kimi K3 on 8x L40S: "DP8 x TP1 x PP1 x EP1: does not load, weights 1452.8 GiB/GPU, -1413.1 GiB free".
+    _, out = _text("audit", str(FIXTURES / "bundles" / "bad-8x-pcie-dual-socket"), "--model", "k3")
+    assert "      DP8 x TP1 x PP1 x EP1: does not load, weights 1452.8 GiB/GPU, 1413.1 GiB short per GPU, decode " \
+           ">= 176.4 ms/token + 0.0 ms communication" in out.splitlines()
+    assert not any("-1" in line and "GiB free" in line for line in out.splitlines())
