@@ -232,3 +232,12 @@ def test_audit_says_how_much_memory_is_short_not_a_negative_free() -> None:
     assert "      DP8 x TP1 x PP1 x EP1: does not load, weights 1452.8 GiB/GPU, 1413.1 GiB short per GPU, decode " \
            ">= 176.4 ms/token + 0.0 ms communication" in out.splitlines()
     assert not any("-1" in line and "GiB free" in line for line in out.splitlines())
+
+
+def test_the_first_line_names_the_input_or_counts_them() -> None:
+    """The first line said 'k3diag analyze: 1 input path(s)': now the input itself, or how many."""
+    topo = FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt"
+    _, out = _text("analyze", str(topo))
+    assert out.splitlines()[0] == f"k3diag analyze: {topo}"
+    _, out = _text("analyze", str(topo), str(FIXTURES / "nccl" / "SOURCES.md"))
+    assert out.splitlines()[0] == "k3diag analyze: 2 inputs"
