@@ -14,6 +14,7 @@ from typing import Any
 from k3diag.analyze.finding import SEVERITY_ORDER, Finding
 from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
 from k3diag.model.machine import Machine
+from k3diag.model.words import counted
 from k3diag.model.topology import nvlink_count
 
 EXIT_NOTHING = EXIT_UNKNOWN  # the name earlier callers imported
@@ -99,7 +100,7 @@ def problem_tally(findings: list[Finding]) -> str:
     warns = sum(1 for s in worst.values() if s == "warn")
     if not worst:
         return "no problems found"
-    parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((fails, "failure"), (warns, "warning")) if n]
+    parts = [counted(n, word) for n, word in ((fails, "failure"), (warns, "warning")) if n]
     return " and ".join(parts)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from k3diag.model.topology import endpoint_sort_key
+from k3diag.model.words import counted
 from k3diag.render.plain import Out
 from k3diag.render.text import (
     NOT_SEEN,
@@ -203,7 +204,8 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
             for family, number in run.transport_counts().items():
                 totals[family] = totals.get(family, 0) + number
         summary = ", ".join(f"{family} {number}" for family, number in sorted(totals.items()))
-        out.line(f"... and {len(hidden)} more communicator(s) (connections: {summary or 'none seen'}); all are in --json")
+        out.line(f"... and {counted(len(hidden), 'more communicator', 'more communicators')} (connections: "
+                 f"{summary or 'none seen'}); all are in --json")
     if machine.nccl:
         out.line()
 

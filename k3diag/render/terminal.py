@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
+from k3diag.model.words import counted
 from k3diag.render.plain import Out
 from k3diag.render.text import (
     SEVERITY_LABEL,
@@ -70,7 +71,7 @@ def render(analysis: "Analysis", console: Out, title: str, details: bool = False
     _launch(analysis, out)
     _inputs(machine, out)
     hidden = len(analysis.findings) - shown
-    more = f"; {hidden} more finding(s) there" if hidden > 0 else ""
+    more = f"; {counted(hidden, 'more finding', 'more findings')} there" if hidden > 0 else ""
     out.line()
     out.line(f"More: add --details for the matrices, PCIe paths, NCCL transports and every finding in full{more}; "
              "--json for scripts.", "dim", wrap=True)
@@ -88,7 +89,7 @@ def _machine_lines(machine: "Machine", out: Out) -> None:
             if gpu.name:
                 names[gpu.name] = names.get(gpu.name, 0) + 1
         model = ", ".join(f"{n}x {name}" for name, n in names.items())
-        parts.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({model})" if model else ""))
+        parts.append(counted(len(gpus), "GPU") + (f" ({model})" if model else ""))
         nodes: dict[int, list[int]] = {}
         for gpu in gpus:
             if gpu.numa_node is not None:
@@ -101,9 +102,9 @@ def _machine_lines(machine: "Machine", out: Out) -> None:
     if host.cpu_model and not gpus:
         parts.append(host.cpu_model)
     if host.numa_nodes and not gpus:
-        parts.append(f"{len(host.numa_nodes)} NUMA node(s) ({', '.join(f'node{n.id}: cpus {n.cpus}' for n in host.numa_nodes)})")
+        parts.append(f"{counted(len(host.numa_nodes), 'NUMA node')} ({', '.join(f'node{n.id}: cpus {n.cpus}' for n in host.numa_nodes)})")
     if host.packages and not gpus:
-        parts.append(f"{len(host.packages)} CPU package(s)")
+        parts.append(counted(len(host.packages), "CPU package"))
     if host.driver_version:
         parts.append(f"driver {host.driver_version}")
     if host.iommu_mode:
@@ -146,7 +147,7 @@ def _nccl_line(machine: "Machine", out: Out) -> None:
     size = f", up to {ranks} ranks" if ranks else ""
     links = ", ".join(f"{family} {n}" for family, n in sorted(totals.items()) if n)
     links = f"connections {links}" if links else "no connection lines in the log"
-    out.line(f"NCCL: {what}; {len(machine.nccl) + summarized} communicator(s){size}; {links}", wrap=True, hang=4)
+    out.line(f"NCCL: {what}; {counted(len(machine.nccl) + summarized, 'communicator')}{size}; {links}", wrap=True, hang=4)
 
 
 # -- problems, advice, unknowns --------------------------------------------------------------------------
@@ -179,7 +180,8 @@ def _problems(findings: list["Finding"], out: Out) -> int:
     shown = 0
     for count, (finding_id, members) in enumerate(blocks.items()):
         if count >= MAX_PROBLEMS:
-            out.line(f"... {len(blocks) - MAX_PROBLEMS} more kind(s) of problem: see --details", "dim", indent=2)
+            out.line(f"... {counted(len(blocks) - MAX_PROBLEMS, 'more kind of problem', 'more kinds of problem')}: see --details", "dim",
+                     indent=2)
             break
         first = members[0]
         title = first.title if len(members) == 1 else f"{first.title} (and {len(members) - 1} more like it)"
@@ -199,7 +201,7 @@ def _problems(findings: list["Finding"], out: Out) -> int:
             out.line(f"which causes: [{SEVERITY_LABEL[effect.severity]}] {effect.title}", indent=6, wrap=True, hang=4)
             shown += 1
         if len(caused) > 2:
-            out.line(f"which causes {len(caused) - 2} more finding(s): see --details", "dim", indent=6)
+            out.line(f"which causes {counted(len(caused) - 2, 'more finding', 'more findings')}: see --details", "dim", indent=6)
     return shown
 
 
@@ -245,7 +247,7 @@ def _launch(analysis: "Analysis", out: Out) -> None:
         groups, replicas = plan["groups"], plan.get("replicas") or []
         dp = len(groups) + len(replicas)
         out.line()
-        out.line(f"Run TP{size} ({len(groups)} group(s){f' + {len(replicas)} replica GPU(s)' if replicas else ''}, "
+        out.line(f"Run TP{size} ({counted(len(groups), 'group')}{f' + ' + counted(len(replicas), 'replica GPU') if replicas else ''}, "
                  f"DP={dp}): one line per group, then your server command (e.g. vllm serve ... "
                  f"--tensor-parallel-size {size})", "bold", wrap=True, hang=2)
         for group in groups:

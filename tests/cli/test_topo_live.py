@@ -26,7 +26,7 @@ def test_no_gpu_host_prints_host_and_explains(fixtures_dir: Path, empty_path: Pa
     root = fixtures_dir / "hostroot" / "dual_socket"
     result = runner.invoke(app, ["topo", "--root", str(root)])
     assert result.exit_code == 3, result.output  # no GPU where one is looked for: cannot pass
-    assert "2 CPU package(s)" in result.output
+    assert "2 CPU packages" in result.output
     assert "node1: cpus 32-63,96-127" in result.output
     assert "No GPU was found, so this machine cannot be assessed" in result.output
     assert "nvidia-smi` is not installed" in result.output

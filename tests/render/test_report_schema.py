@@ -109,13 +109,13 @@ def test_a_log_with_many_communicators_stays_readable(tmp_path: Path) -> None:
     buffer = io.StringIO()
     render(analyze_machine(machine), make_console(buffer), "t")
     summary = buffer.getvalue()
-    assert "NCCL: NCCL 2.21.5+cuda12.4; 10 communicator(s), up to 2 ranks; connections P2P 10\n" in summary
+    assert "NCCL: NCCL 2.21.5+cuda12.4; 10 communicators, up to 2 ranks; connections P2P 10\n" in summary
     assert "no GPU inventory" in summary
     buffer = io.StringIO()
     render(analyze_machine(machine), make_console(buffer), "t", details=True)
     out = buffer.getvalue()
     assert out.count("NCCL 2.21.5") == MAX_NCCL_RUNS_SHOWN + 1  # the summary line, then the runs listed
-    assert f"and {len(machine.nccl) - MAX_NCCL_RUNS_SHOWN} more communicator(s)" in out
+    assert f"and {len(machine.nccl) - MAX_NCCL_RUNS_SHOWN} more communicators" in out
     assert "no GPU inventory" in out
 
 
