@@ -210,7 +210,7 @@ def _tp_judgement(machine: Machine, rec: Any) -> tuple[str, str, int | None, lis
                 f"judged: `{topo}` shows them.{_p2p_summary(machine)}", None, missing, None)
     if rec.unknown_pairs:
         gpus = sorted({i for pair in rec.unknown_pairs for i in pair})
-        missing.append({"what": f"the paths of {len(rec.unknown_pairs)} GPU pair(s) (involving {_gpu_list(gpus)})",
+        missing.append({"what": f"the paths of {counted(len(rec.unknown_pairs), 'GPU pair')} (involving {_gpu_list(gpus)})",
                         "command": topo})
         seen = getattr(rec, "seen", None)
         if seen is not None:  # advise on what was seen only

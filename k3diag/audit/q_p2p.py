@@ -10,6 +10,7 @@ from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer
 from k3diag.audit.context import AuditContext
 from k3diag.audit.facts import attr
 from k3diag.model.topology import P2P_STATUS_MEANING, gpu_index
+from k3diag.model.words import counted
 
 P2P_REQUEST = (
     "nvidia-smi topo -p2p r ; nvidia-smi topo -p2p w ; nvidia-smi topo -p2p p ; "
@@ -62,7 +63,7 @@ def _code_line(code: str, pairs: dict[tuple[str, str], set[str]]) -> str:
     meaning = P2P_STATUS_MEANING.get(code, "not OK")
     names = [f"{a}-{b}" for a, b in sorted(pairs, key=lambda p: (gpu_index(p[0]) or 0, gpu_index(p[1]) or 0))]
     caps = sorted(set().union(*pairs.values()))
-    return (f"{code} ({meaning}) for {len(names)} GPU pair(s) ({'/'.join(caps)}): "
+    return (f"{code} ({meaning}) for {counted(len(names), 'GPU pair')} ({'/'.join(caps)}): "
             + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
 
 

@@ -8,6 +8,7 @@ from k3diag.audit import facts
 from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer, worse
 from k3diag.audit.context import AuditContext
 from k3diag.audit.facts import attr
+from k3diag.model.words import counted
 
 WIDTH_REQUEST = (
     "nvidia-smi -q ; nvidia-smi --query-gpu=index,pci.bus_id,pstate,pcie.link.gen.current,pcie.link.gen.max,"
@@ -210,7 +211,8 @@ def answer_pcie_switch(ctx: AuditContext) -> Answer:
                                   + (f", link x{width}" if width else ""))
     elif bridged:
         answer.verdict = PASS
-        answer.summary = (f"Yes, by the path classes: {len(bridged)} GPU pair(s) connect through PCIe bridges "
+        answer.summary = (f"Yes, by the path classes: {counted(len(bridged), 'GPU pair')} "
+                          f"{'connects' if len(bridged) == 1 else 'connect'} through PCIe bridges "
                           "without the host bridge (PIX/PXB), which on a server means a PCIe switch.")
         answer.details.append("pairs: " + ", ".join(bridged[:16]))
         refs.extend(link.source for link in links.values() if link.path in ("PIX", "PXB", "PSB"))

@@ -10,6 +10,7 @@ from k3diag.audit.answer import PASS, UNKNOWN, WARN, Answer
 from k3diag.audit.context import AuditContext
 from k3diag.audit.facts import attr
 from k3diag.model.topology import endpoint_sort_key, path_rank
+from k3diag.model.words import counted
 
 TOPO_REQUEST = "nvidia-smi topo -m"
 NUMA_REQUEST = ("nvidia-smi topo -m ; lscpu ; numactl -H ; "
@@ -81,7 +82,8 @@ def answer_cpu_numa(ctx: AuditContext) -> Answer:
         if crossing_pcie:
             shown = ", ".join(f"{a}-{b}" for a, b in crossing_pcie[:8]) + (
                 f" and {len(crossing_pcie) - 8} more" if len(crossing_pcie) > 8 else "")
-            answer.summary = (f"{len(crossing_pcie)} GPU pair(s) cross CPU sockets (SYS): {shown}. Keep tensor-"
+            answer.summary = (f"{counted(len(crossing_pcie), 'GPU pair')} {'crosses' if len(crossing_pcie) == 1 else 'cross'} "
+                              f"CPU sockets (SYS): {shown}. Keep tensor-"
                               "parallel groups inside one NUMA node.")
         else:
             answer.summary = ("The GPUs sit on more than one NUMA node; pairs across nodes go through the CPU "
@@ -152,7 +154,7 @@ def answer_path_classes(ctx: AuditContext) -> Answer:
                           f"Every GPU pair is between {best.path} and {worst.path}") + \
             ": no pair goes through a CPU host bridge."
     if expected_pairs and len(links) < expected_pairs:
-        answer.details.append(f"{expected_pairs - len(links)} pair(s) missing from the matrix")
+        answer.details.append(f"{counted(expected_pairs - len(links), 'pair')} missing from the matrix")
         if answer.verdict == PASS:
             answer.verdict = UNKNOWN
             answer.request = TOPO_REQUEST

@@ -7,6 +7,7 @@ escaped because labels come from the bundle.
 from __future__ import annotations
 
 from html import escape
+from k3diag.model.words import counted
 
 BOX_W = 104
 BOX_H = 46
@@ -111,7 +112,7 @@ def render_svg(data: dict) -> str:
         y2 = rows[-1][1] + SOCKET_H / 2
         out.append(f'<path d="M{MARGIN},{y1:.0f} H{x} V{y2:.0f} H{MARGIN}" fill="none" stroke="#6a1b9a" '
                    f'stroke-width="5" stroke-dasharray="6 4"/>')
-        out.append(f'<text x="{MARGIN}" y="{MARGIN + 6}" font-size="12" fill="#6a1b9a">SYS: {pairs} GPU pair(s) '
+        out.append(f'<text x="{MARGIN}" y="{MARGIN + 6}" font-size="12" fill="#6a1b9a">SYS: {counted(pairs, "GPU pair")} '
                    f'cross the CPU interconnect (UPI/xGMI)</text>')
     # edges
     for edge in data.get("edges") or []:

@@ -38,7 +38,7 @@ def test_sys_pairs_are_one_design_finding_for_the_dual_socket_4090_box() -> None
     machine = machine_of("topo-m-8x4090-dual-socket-sys-tabs.txt")
     [finding] = run(topology.check_gpu_pair_sys, machine)  # one per machine, not 28 per pair
     assert (finding.id, finding.severity, finding.subjects) == ("gpu-pair-sys", "info", [])
-    assert finding.title.startswith("28 GPU pair(s) cross the CPU interconnect (SYS)")
+    assert finding.title.startswith("28 GPU pairs cross the CPU interconnect (SYS)")
     assert len(finding.data["pairs"]) == 28  # every pair of this box is SYS, even within a socket
     assert "gpu-pair-sys@GPU0,GPU1" in finding.aliases and len(finding.aliases) == 28
     assert finding.evidence[0].line == 2 and "SYS" in finding.evidence[0].text
@@ -143,3 +143,16 @@ def test_pairwise_nvlink_bridges_are_not_a_fault() -> None:
     )
     machine = build_machine([Evidence(name="topo.txt", data=text.encode())])
     assert not [f for f in run_rules(machine) if f.id == "nvlink-count-low"]
+
+
+def test_one_sys_pair_is_written_in_the_singular(tmp_path) -> None:
+    """A 2-GPU box across two sockets: '1 GPU pair crosses', not '1 GPU pair(s) cross'."""
+    topo = tmp_path / "topo.txt"
+    topo.write_text("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+                    "GPU0\t X \tSYS\t0-15\t0\n"
+                    "GPU1\tSYS\t X \t16-31\t1\n\n"
+                    "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect "
+                    "between NUMA nodes (e.g., QPI/UPI)\n")
+    machine = build_machine([Evidence(name="topo.txt", path=topo)])
+    [finding] = run(topology.check_gpu_pair_sys, machine)
+    assert finding.title.startswith("1 GPU pair crosses the CPU interconnect (SYS)"), finding.title

@@ -61,7 +61,7 @@ def test_a_cut_matrix_is_advised_on_what_was_seen_and_says_what_is_missing() -> 
     text = analysis.verdict.text
     assert text.startswith("Of the GPUs whose links to each other were all seen (GPU0, GPU1, GPU2, GPU3, GPU4 and GPU5): serve "
                            "with TP2 on {0,1} {2,3} {4,5}")
-    assert "Not in these inputs: the paths of 3 GPU pair(s)" in text
+    assert "Not in these inputs: the paths of 3 GPU pairs" in text
 
 
 # -- a log without an inventory leads with what it found --------------------------------------------------

@@ -67,7 +67,7 @@ def test_bad_bundle_verdicts() -> None:
     assert verdicts["gpudirect-rdma"] == "UNKNOWN" and verdicts["multi-node-network"] == "UNKNOWN"
     assert result.exit_code == 2
     p2p = next(a for a in data["answers"] if a["id"] == "p2p")
-    assert any(line.startswith("CNS (chipset not supported") and "16 GPU pair(s)" in line
+    assert any(line.startswith("CNS (chipset not supported") and "16 GPU pairs" in line
                and line.endswith("(pairs across CPU sockets, SYS: refused there by design on most platforms, not a "
                                  "fault; keep tensor-parallel groups within a socket)") for line in p2p["details"])
     assert p2p["summary"] == ("The driver reports P2P as supported (topo -p2p OK), but nothing in the bundle measures "

@@ -43,5 +43,5 @@ def test_example_terminal_story() -> None:
     assert "different machines" not in result.output
     assert "Fix: Reseat the card" in result.output
     # the crossing is one advisory line, not sixteen warnings; one launch line per TP4 group with its NUMA node
-    assert "  - 16 GPU pair(s) cross the CPU interconnect (SYS)" in result.output
+    assert "  - 16 GPU pairs cross the CPU interconnect (SYS)" in result.output
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=4,5,6,7 numactl --cpunodebind=1 --membind=1" in result.output

@@ -38,7 +38,7 @@ def test_peer_access_cut_short_counts_only_the_pairs_it_shows() -> None:
     _, out = _text("analyze", str(path))
     verdict = out.splitlines()[1]
     assert "7 of 28 GPU pair(s)" not in verdict
-    assert verdict.startswith("Verdict [WARN]: CUDA refuses peer access for 7 GPU pair(s): 0-1, 0-2, 0-3, 0-4, 0-5, "
+    assert verdict.startswith("Verdict [WARN]: CUDA refuses peer access for 7 GPU pairs: 0-1, 0-2, 0-3, 0-4, 0-5, "
                               "0-6, 0-7 (the output shows no other pair: 21 of 28 unknown).")
     _, report = _json("analyze", str(path))
     finding = _finding(report, "p2p-cannot-access-peer")

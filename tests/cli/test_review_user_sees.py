@@ -42,7 +42,7 @@ def test_sys_between_gpus_of_one_numa_node_is_not_advised_away_by_numa_placement
     # one NUMA node" would contradict the matrix it quotes (GPU0-GPU1: SYS, both NUMA 0).
     _, report = _json("analyze", str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt"))
     sys_pairs = _finding(report, "gpu-pair-sys")
-    assert sys_pairs["title"] == "28 GPU pair(s) cross the CPU interconnect (SYS), even between GPUs of one NUMA node"
+    assert sys_pairs["title"] == "28 GPU pairs cross the CPU interconnect (SYS), even between GPUs of one NUMA node"
     assert "keep each tensor-parallel group inside one of these" not in sys_pairs["explanation"]
     assert "pairs 0-1, 0-2, 0-3, 1-2, 1-3, 2-3 and 6 more are SYS although both GPUs report the same NUMA node" \
         in sys_pairs["explanation"]
@@ -52,7 +52,7 @@ def test_sys_between_gpus_of_one_numa_node_is_not_advised_away_by_numa_placement
 def test_sys_only_across_sockets_keeps_the_numa_advice() -> None:
     _, report = _json("analyze", str(EXAMPLE))
     sys_pairs = _finding(report, "gpu-pair-sys")
-    assert sys_pairs["title"] == "16 GPU pair(s) cross the CPU interconnect (SYS): TP groups should stay within a socket"
+    assert sys_pairs["title"] == "16 GPU pairs cross the CPU interconnect (SYS): TP groups should stay within a socket"
     assert sys_pairs["explanation"].endswith(
         "NUMA node 0: GPU 0, 1, 2, 3; NUMA node 1: GPU 4, 5, 6, 7; keep each tensor-parallel group inside one of these.")
 

@@ -57,7 +57,7 @@ def test_same_host_pair_on_shm_names_pair_host_transport_and_topology_causes():
     cross = found[(3, 4)]
     assert cross.subjects == ["unicom-169:rank3", "unicom-169:rank4"]
     assert "SHM" in cross.title and "unicom-169" in cross.title and "channel 0" in cross.title
-    assert "4 other pair(s) on this host use P2P" in cross.title
+    assert "4 other pairs on this host use P2P" in cross.title
     assert cross.data["gpus"] == [3, 4] and cross.data["gpu_basis"] == "busId"
     # the chain: SHM because P2P is refused (CNS) because the pair crosses sockets (SYS)
     assert cross.causes == ["p2p-not-supported"]  # CNS across sockets: refused by design, one finding

@@ -17,6 +17,7 @@ from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import Link, endpoint_sort_key, gpu_index, pair_key
+from k3diag.model.words import counted
 
 AMD_ORIGINS: tuple[str, ...] = ("amdsmi", "amd-smi-topology", "rocm-smi-showtopo")
 # A pair measured below this fraction of its link class's median is "far below".
@@ -175,7 +176,7 @@ def check_xgmi_hive_incomplete(machine: Machine, earlier: list[Finding]) -> Iter
             id="amd-xgmi-hive-incomplete",
             severity="warn",
             subjects=hive,
-            title=f"The XGMI hive {_span(hive)} is not fully connected ({len(missing)} pair(s) without XGMI)",
+            title=f"The XGMI hive {_span(hive)} is not fully connected ({counted(len(missing), 'pair')} without XGMI)",
             explanation=(
                 f"{len(inside) - len(missing)} of {len(inside)} pairs in this hive report XGMI; "
                 + ", ".join(f"{a}-{b}" for a, b in missing[:8])
@@ -468,7 +469,8 @@ def check_cross_numa(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
             id="amd-cross-numa",
             severity="info",
             subjects=subjects,
-            title=f"{len(crossing)} GPU pair(s) talk over PCIe across CPU sockets / NUMA nodes",
+            title=f"{counted(len(crossing), 'GPU pair')} {'talks' if len(crossing) == 1 else 'talk'} over PCIe across CPU sockets / "
+                  "NUMA nodes",
             explanation=(
                 f"{described}{' and more' if len(crossing) > 8 else ''}: these pairs have no XGMI link and their "
                 "PCIe route crosses the inter-socket fabric, the slowest path a GPU pair can have (often unable to do "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
+from k3diag.model.words import counted
 
 if TYPE_CHECKING:  # imported where there are benchmarks: most inputs have none, and start-up counts
     from k3diag.model.bench_records import NcclTestsBenchmark, P2PBandwidthBenchmark
@@ -343,7 +344,7 @@ def check_p2p_enabled_not_faster(machine: Machine, earlier: list[Finding]) -> It
                 severity="warn",
                 subjects=[f"GPU{g}" for g in gpus],
                 title=(f"{kind.lower()} P2P copies are {'slower than' if slower else 'no faster than'} host-staged "
-                       f"copies for {len(pairs)} GPU pair(s) (worst {worst[0]}->{worst[1]}: {worst[2]:.1f} vs "
+                       f"copies for {counted(len(pairs), 'GPU pair')} (worst {worst[0]}->{worst[1]}: {worst[2]:.1f} vs "
                        f"{worst[3]:.1f} GB/s)"),
                 explanation=(
                     f"{bench.tool} measured '{ename}' against '{dname}': {listing}. Direct peer copies "
@@ -386,14 +387,14 @@ def check_p2p_cannot_access_peer(machine: Machine, earlier: list[Finding]) -> It
                             if row[j] is None and (j >= len(bench.can_access) or i >= len(bench.can_access[j])
                                                    or bench.can_access[j][i] is None))
         listing = ", ".join(f"{a}-{b}" for a, b in unordered[:12]) + (" ..." if len(unordered) > 12 else "")
-        counted = (f"{len(unordered)} GPU pair(s): {listing} (the output shows no other pair: {unknown_pairs} of "
+        refused = (f"{counted(len(unordered), 'GPU pair')}: {listing} (the output shows no other pair: {unknown_pairs} of "
                    f"{total_pairs} unknown)" if unknown_pairs else
-                   f"{len(unordered)} of {total_pairs} GPU pair(s): {listing}")
+                   f"{len(unordered)} of {counted(total_pairs, 'GPU pair')}: {listing}")
         yield Finding(
             id="p2p-cannot-access-peer",
             severity="warn",
             subjects=[f"GPU{g}" for g in gpus],
-            title=f"CUDA refuses peer access for {counted}",
+            title=f"CUDA refuses peer access for {refused}",
             explanation=(
                 "cudaDeviceCanAccessPeer says no for these pairs, so CUDA and NCCL copy their data through host memory "
                 "(NCCL falls back to SHM) and frameworks that need P2P (vLLM/SGLang custom all-reduce) disable it or "

@@ -16,6 +16,7 @@ from k3diag.analyze.finding import Finding, Rule
 from k3diag.analyze.rules.nccl_causes import claimed
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
+from k3diag.model.words import counted
 
 if TYPE_CHECKING:  # annotations only: a machine without an NCCL log does not load its records
     from k3diag.model.nccl import NcclConnection, NcclRun
@@ -212,7 +213,7 @@ def _pair_finding(machine: Machine, run: NcclRun, host: str, a: int, b: int, bad
               if gpus_known and transport == "SHM" and not any(c.startswith("nccl-env") for c in causes) else None)
     where = f"GPU{gpu_a} and GPU{gpu_b} ({basis_a})" if gpus_known else "GPUs k3diag could not map"
     others = (
-        f"while {p2p_pair_count} other pair(s) on this host use P2P"
+        f"while {counted(p2p_pair_count, 'other pair')} on this host {'uses' if p2p_pair_count == 1 else 'use'} P2P"
         if p2p_pair_count
         else "and no pair on this host uses P2P"
     )

@@ -14,6 +14,7 @@ from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu, Link, P2PStatus, endpoint_sort_key, gpu_index, nvlink_count
+from k3diag.model.words import counted
 
 CROSS_SOCKET_PATHS = ("SYS", "SOC")
 HOST_BRIDGE_PATHS = ("PHB", "NODE")
@@ -108,7 +109,8 @@ def check_gpu_pair_sys(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
         id="gpu-pair-sys",
         severity="info",
         subjects=[],
-        title=f"{len(pairs)} GPU pair(s) cross the CPU interconnect (SYS){advice}",
+        title=f"{counted(len(pairs), 'GPU pair')} {'crosses' if len(pairs) == 1 else 'cross'} the CPU interconnect "
+              f"(SYS){advice}",
         explanation=(
             f"The GPUs sit on more than one CPU socket: pairs {_pair_list(pairs)} have no path but the SMP link "
             "(QPI/UPI/Infinity Fabric). That is how this machine is built, not a fault. PCIe peer-to-peer across "
@@ -163,7 +165,8 @@ def check_gpu_pair_phb(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
         id="gpu-pair-phb",
         severity="info",
         subjects=[],
-        title=f"{len(pairs)} GPU pair(s) share no PCIe switch and connect {where}",
+        title=f"{counted(len(pairs), 'GPU pair')} {'shares' if len(pairs) == 1 else 'share'} no PCIe switch and "
+              f"{'connects' if len(pairs) == 1 else 'connect'} {where}",
         explanation=(
             f"Pairs {_pair_list(pairs)} have no PCIe switch in common: their traffic climbs to the CPU root complex "
             f"and back. {_one_socket_clause(machine)} NCCL's default P2P "
@@ -290,7 +293,7 @@ def _p2p_refused_by_design(pairs: list[tuple[str, str, list[str], list[SourceRef
         id="p2p-not-supported",
         severity="info",
         subjects=[],
-        title=f"P2P is refused by design on {len(pairs)} GPU pair(s) ({', '.join(codes)}): "
+        title=f"P2P is refused by design on {counted(len(pairs), 'GPU pair')} ({', '.join(codes)}): "
               + ("GeForce cards" if geforce else "pairs across CPU sockets"),
         explanation=(
             f"Pairs {listed}: {why}. That is how this machine is built, not a fault: NCCL copies their data "

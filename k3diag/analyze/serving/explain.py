@@ -17,6 +17,7 @@ from typing import Any, Callable
 from k3diag.model.serving import EngineLog, P2PCache, ServingRun
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import path_rank
+from k3diag.model.words import counted
 
 P2P_BROKEN = {"NS", "CNS", "GNS", "TNS", "DR"}
 
@@ -135,7 +136,7 @@ def _worst_link(machine: Any, group: list[int]) -> Fact:
     elif link.path in ("PHB", "NODE"):
         text += " (through the CPU's host bridge)"
     if missing:
-        text += f"; {len(missing)} pair(s) not in the topology reading"
+        text += f"; {counted(len(missing), 'pair')} not in the topology reading"
     return Fact("worst_link", state, text, value=link.path, evidence=refs)
 
 
