@@ -88,8 +88,7 @@ class _Codes(dict):
         else:
             conn = match.group("conn")
             value = channel_code(int(match.group("ch")), int(conn) if conn is not None else None)
-        if len(self) < 4096 and len(head) <= P.MAX_CACHED_TEXT:
-            self[head] = value
+        P.remember(self, head, value, 4096, head)
         return value
 
 
@@ -230,11 +229,8 @@ class FastFeed:
 
     def _kind_of(self, body: bytes) -> str:
         kind = _kind(body)
-        if kind is _CUT or len(body) > P.MAX_CACHED_TEXT:
-            return kind  # a communicator line names its own pointer: its text does not recur
-        if len(self._kinds) >= MAX_KINDS:
-            self._kinds.clear()
-        self._kinds[body] = kind
+        if kind is not _CUT:  # a communicator line names its own pointer: its text does not recur
+            P.remember(self._kinds, body, kind, MAX_KINDS, body)
         return kind
 
     def _stretch(self, thread, head: str, pre: str, lines: list[bytes], chan: list[bool], start: int, end: int,
@@ -267,10 +263,7 @@ class FastFeed:
                 if key in once:
                     counted += 1
                     continue  # read before for this thread's host: nothing would change
-                if len(body) <= P.MAX_CACHED_TEXT:
-                    if len(once) >= P.MAX_ONCE:
-                        once.clear()
-                    once.add(key)
+                P.remember(once, key, True, P.MAX_ONCE, body)
             counted += 1
             self._read(body, head, pre, lineno + index)
         return counted
@@ -358,10 +351,7 @@ class FastFeed:
                 if parsed is _UNPARSED or parsed is _UNKNOWN or b"  " in rest or not rest[:1].isdigit() \
                         or _OPCOUNT in rest:
                     parsed = _UNPARSED  # for the exact path to read (and count) line by line
-                if len(rest) <= P.MAX_CACHED_TEXT:
-                    if len(cache) >= P.MAX_REST_CACHE:
-                        cache.clear()
-                    cache[rest] = parsed
+                P.remember(cache, rest, parsed, P.MAX_REST_CACHE, rest)
             if parsed is _UNPARSED:
                 return False
             plan.append((first, frozenset(group_codes), parsed))

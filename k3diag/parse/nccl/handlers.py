@@ -74,11 +74,8 @@ class LineHandlers:
                 thread.head_closed = False
                 thread.current = thread.head
             self.threads[key] = thread
-        if len(pre) <= P.MAX_CACHED_TEXT:
-            if len(self.prefix_cache) >= P.MAX_PREFIX_CACHE:
-                # prefixes carrying timestamps are unique per line: stop them from piling up
-                self.prefix_cache.clear()
-            self.prefix_cache[pre] = thread
+        # prefixes carrying timestamps are unique per line: the bound stops them from piling up
+        P.remember(self.prefix_cache, pre, thread, P.MAX_PREFIX_CACHE, pre)
         return thread
 
     def forget_idle_threads(self) -> None:
@@ -188,10 +185,7 @@ class LineHandlers:
                 key = (thread.host, body)
                 if key in self.once_read:
                     return
-                if len(body) <= P.MAX_CACHED_TEXT:
-                    if len(self.once_read) >= P.MAX_ONCE:
-                        self.once_read.clear()
-                    self.once_read.add(key)
+                P.remember(self.once_read, key, True, P.MAX_ONCE, body)
             self._info(raw, body, pre, lineno)
         elif level == "WARN":
             self.lines_nccl += 1
@@ -290,8 +284,7 @@ class LineHandlers:
                         nexts = inst.ring_next.setdefault(int(arrow.group("ch")), {})
                         nexts[int(arrow.group("me"))] = int(arrow.group("next"))
                     return
-            if len(self.ring_cache) < 10_000 and len(body) <= P.MAX_CACHED_TEXT:
-                self.ring_cache[body] = cached
+            P.remember(self.ring_cache, body, cached, 10_000, body)
         if cached is None:
             return
         thread = self._thread(pre)
@@ -333,10 +326,7 @@ class LineHandlers:
                 down = [int(x) for x in match.group("down").split("/")]
                 items.append((int(match.group("ch")), int(match.group("me")), None if up < 0 else up,
                               tuple(d for d in down if d >= 0)))
-            if len(body) <= P.MAX_CACHED_TEXT:
-                if len(self.trees_cache) >= 10_000:
-                    self.trees_cache.clear()
-                self.trees_cache[body] = items
+            P.remember(self.trees_cache, body, items, 10_000, body)
         source = None
         trees = inst.trees
         for ch, me, up, down in items:

@@ -151,10 +151,8 @@ class LineFeed:
                         parsed = rests(rest)
                         if parsed.__class__ is tuple:
                             inst = thread.current
-                            if len(raw) - k <= P.MAX_CACHED_TEXT:
-                                if len(tails) >= P.MAX_REST_CACHE:
-                                    tails.clear()
-                                tails[raw[k:]] = (code[1], parsed[0])
+                            tail = raw[k:]
+                            P.remember(tails, tail, (code[1], parsed[0]), P.MAX_REST_CACHE, tail)
                             agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
                             if agg is not None:
                                 agg.codes.add(code[1])
@@ -191,8 +189,7 @@ class LineFeed:
                 return
             conn = match.group("conn")
             code = (match.group("kind"), channel_code(int(match.group("ch")), int(conn) if conn is not None else None))
-            if len(self.head_cache) < 4096 and len(head) <= P.MAX_CACHED_TEXT:
-                self.head_cache[head] = code
+            P.remember(self.head_cache, head, code, 4096, head)
         parsed = self.parse_rest(rest)
         if parsed is _UNPARSED:
             self._skip(lineno)
@@ -233,10 +230,7 @@ class LineFeed:
                 key = (int(match.group("src")), int(match.group("dst")), via, match.group("dir"))
                 parsed = (key, match.group("sb").strip(), match.group("db").strip(), transport,
                           int(nr) if nr else None)
-        if len(rest) <= P.MAX_CACHED_TEXT:
-            if len(self.rest_cache) >= P.MAX_REST_CACHE:
-                self.rest_cache.clear()
-            self.rest_cache[rest] = parsed
+        P.remember(self.rest_cache, rest, parsed, P.MAX_REST_CACHE, rest)
         return parsed
 
     def _split_and_feed(self, raw: str, lineno: int) -> None:

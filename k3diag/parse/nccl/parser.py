@@ -54,7 +54,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items
         # (host, body) of the facts read (`patterns.read_once`): the body as text on the exact path, as
         # bytes on the bulk path (a fact the other path read is read once more: that changes nothing)
-        self.once_read: set[tuple] = set()
+        self.once_read: dict[tuple, bool] = {}
         self.lines_total = 0
         self.lines_nccl = 0
         self.skipped = 0
@@ -118,7 +118,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.conn_tails = {}
         self.ring_cache = {}
         self.trees_cache = {}
-        self.once_read = set()
+        self.once_read = {}
         self.__dict__.pop("_codes", None)
         for name in ("_rest_bytes", "_kinds", "_plans"):
             self.__dict__.pop(name, None)

@@ -18,6 +18,15 @@ MAX_REST_CACHE = 50_000
 # Texts longer than this are parsed each time, not kept as cache keys: a log of long odd lines must not
 # make the caches hold gigabytes (a connection line's text after ` : ` is 30 to 120 characters)
 MAX_CACHED_TEXT = 256
+
+
+def remember(cache: dict, key: object, value: object, cap: int, text: str | bytes) -> None:
+    """`cache[key] = value` for a memo of what `text` says (every parser cache is one): not kept when the
+    text is longer than `MAX_CACHED_TEXT`; a cache holding `cap` entries starts over."""
+    if len(text) <= MAX_CACHED_TEXT:
+        if len(cache) >= cap:
+            cache.clear()
+        cache[key] = value
 MAX_MESSAGES = 300  # distinct WARN/error messages
 MAX_ENV = 300
 MAX_PATHS = 4_000

@@ -524,8 +524,7 @@ def _ranks_from_connection(ranks: dict[int, NcclRank], agg: ConnAgg, source: Sou
         else:
             found = P.PREFIX_NOPID_RE.search(pre[-P.MAX_HEADER_CHARS:])
             parsed = (found.group("host"), None, int(found.group("dev"))) if found else (None, None, None)
-        if len(prefix_cache) < 100_000 and len(pre) <= P.MAX_CACHED_TEXT:
-            prefix_cache[pre] = parsed
+        P.remember(prefix_cache, pre, parsed, 100_000, pre)
     host, pid, dev = parsed
     if info.host is None:
         info.host = host
