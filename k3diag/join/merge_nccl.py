@@ -21,7 +21,7 @@ def merge_nccl_log(result, machine: Machine, record: InputRecord | None = None) 
             run.input = record.path
         machine.nccl.append(run)
     summary = getattr(result, "summary", None)
-    if summary is not None and summary.runs_summarized:
+    if summary is not None and (summary.runs_summarized or summary.not_kept):
         machine.extras.setdefault("nccl_summaries", []).append((record.path if record else None, summary))
     host = local_host(machine, runs)
     if host is None:

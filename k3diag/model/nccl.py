@@ -383,6 +383,8 @@ class NcclRun:
     nodes_reported: int | None = None  # `nNodes` from the comm line, when NCCL printed it
     # Connection lines seen but not kept: beyond the per-instance bound on distinct peers (counted).
     connections_dropped: int = 0
+    # tree entries of this run beyond `MAX_TREES_PER_RUN` (a run of thousands of ranks): counted, not kept
+    trees_not_kept: int = 0
     channel_counts: list[NcclChannelCounts] = field(default_factory=list)
     dmabuf: list[NcclDmaBuf] = field(default_factory=list)
     mnnvl_health: list[NcclMnnvlHealth] = field(default_factory=list)
@@ -433,6 +435,7 @@ class NcclRun:
             "messages": [m.to_json() for m in self.messages],
             "nodes_reported": self.nodes_reported,
             "connections_dropped": self.connections_dropped,
+            "trees_not_kept": self.trees_not_kept,
             "channel_counts": [c.to_json() for c in self.channel_counts],
             "dmabuf": [d.to_json() for d in self.dmabuf],
             "mnnvl_health": [h.to_json() for h in self.mnnvl_health],
@@ -468,6 +471,9 @@ class NcclSummary:
     groups: list[tuple[NcclRunSummary, int, list[str]]] = field(default_factory=list)  # (shape, count, comm ids)
     # connection lines printed after a summarized run was built (lazy p2p connections): counted here
     late_lines: int = 0
+    # what a memory bound left out of the whole log, by kind (`parse.nccl.patterns.NOT_KEPT`): counted
+    not_kept: dict[str, int] = field(default_factory=dict)
+    not_kept_lower_bounds: list[str] = field(default_factory=list)  # kinds whose count is a lower bound
 
     @property
     def runs_summarized(self) -> int:
@@ -489,5 +495,7 @@ class NcclSummary:
             "detail_limit": self.detail_limit,
             "summarized_transport_counts": totals,
             "summarized_late_connection_lines": self.late_lines,
+            "not_kept": dict(sorted(self.not_kept.items())),
+            "not_kept_lower_bounds": list(self.not_kept_lower_bounds),
             "summarized": sorted(rows, key=lambda g: (-g["count"], -(g["nranks"] or 0), str(g["comm_ids"]))),
         }

@@ -70,7 +70,7 @@ def _nccl_summary(machine: Machine) -> dict | None:
         return None
     total = {"runs_total": 0, "runs_detailed": 0, "runs_summarized": 0, "detail_limit": 0,
              "summarized_transport_counts": {"P2P": 0, "SHM": 0, "NET": 0}, "summarized_late_connection_lines": 0,
-             "summarized": []}
+             "summarized": [], "not_kept": {}, "not_kept_lower_bounds": []}
     for name, summary in summaries:
         data = summary.to_json()
         for key in ("runs_total", "runs_detailed", "runs_summarized", "summarized_late_connection_lines"):
@@ -79,6 +79,10 @@ def _nccl_summary(machine: Machine) -> dict | None:
         for family, number in data["summarized_transport_counts"].items():
             total["summarized_transport_counts"][family] = total["summarized_transport_counts"].get(family, 0) + number
         total["summarized"].extend({"input": name, **group} for group in data["summarized"])
+        for kind, number in data["not_kept"].items():
+            total["not_kept"][kind] = total["not_kept"].get(kind, 0) + number
+        total["not_kept_lower_bounds"] = sorted(set(total["not_kept_lower_bounds"]) | set(data["not_kept_lower_bounds"]))
+    total["not_kept"] = dict(sorted(total["not_kept"].items()))
     return total
 
 

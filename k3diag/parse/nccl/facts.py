@@ -35,7 +35,7 @@ class FactHandlers:
             if self.env[name] != value:
                 self.env_conflicts.setdefault(name, {self.env[name]}).add(value)
             return
-        if len(self.env) >= P.MAX_ENV:
+        if not self._room(self.env, P.MAX_ENV, "env", name):
             return
         self.env[name] = value
         self.env_sources[name] = self._source(lineno, raw)
@@ -62,7 +62,8 @@ class FactHandlers:
         if match:
             bucket = net.ib_devices if match.group("kind") == "IB" else net.socket_devices
             for dev in P.NET_DEVICE_RE.findall(match.group("devs")):
-                if dev not in bucket and len(bucket) < 64:
+                if dev not in bucket and self._room(bucket, P.MAX_NET_DEVICES, "net_devices",
+                                                    (match.group("kind"), dev)):
                     bucket.append(dev)
             return
         if body.startswith("NET/Plugin"):
@@ -79,13 +80,11 @@ class FactHandlers:
             self.net.sources.append(self._source(lineno, raw))
 
     def _gdr(self, raw: str, body: str, pre: str, lineno: int) -> None:
-        if len(self.gdr) >= P.MAX_GDR:
-            return
         host = self._thread(pre).host
         match = P.GDR_GPU_RE.search(body)
         if match:
             key = (host, match.group("gpu").lower(), match.group("hca"), match.group("state"))
-            if key not in self.gdr:
+            if key not in self.gdr and self._room(self.gdr, P.MAX_GDR, "gdr", key):
                 self.gdr[key] = NcclGdr(enabled=match.group("state") == "Enabled",
                                         gpu_bus_id=bdf_from_nccl_busid(match.group("gpu")), hca=match.group("hca"),
                                         reason=match.group("why"), host=host, source=self._source(lineno, raw))
@@ -93,19 +92,19 @@ class FactHandlers:
         match = P.GDR_HCA_RE.search(body)
         if match:
             key = (host, None, match.group("name"), match.group("state"))
-            if key not in self.gdr:
+            if key not in self.gdr and self._room(self.gdr, P.MAX_GDR, "gdr", key):
                 self.gdr[key] = NcclGdr(enabled=match.group("state") == "Enabled", gpu_bus_id=None,
                                         hca=match.group("name"), reason=match.group("why"), host=host,
                                         source=self._source(lineno, raw), hca_index=int(match.group("hca")))
 
     def _dmabuf(self, raw: str, body: str, pre: str, lineno: int) -> None:
         match = P.DMABUF_RE.search(body)
-        if not match or len(self.dmabuf) >= P.MAX_DMABUF:
+        if not match:
             return
         host = self._thread(pre).host
         state = match.group("state").lower()
         key = (host, match.group("gpu"), match.group("name"), state)
-        if key not in self.dmabuf:
+        if key not in self.dmabuf and self._room(self.dmabuf, P.MAX_DMABUF, "dmabuf", key):
             self.dmabuf[key] = NcclDmaBuf(
                 enabled=not state.startswith("not") and state != "disabled",
                 hca=match.group("name"), gpu=int(match.group("gpu")) if match.group("gpu") else None,
@@ -113,20 +112,20 @@ class FactHandlers:
 
     def _p2p_disabled(self, raw: str, body: str, pre: str, lineno: int, nvlink: bool) -> None:
         match = P.P2P_DISABLED_RE.search(body)
-        if not match or len(self.p2p_disabled) >= P.MAX_P2P_DISABLED:
+        if not match:
             return
         host = self._thread(pre).host
         a, b = int(match.group("a")), int(match.group("b"))
         key = (host, min(a, b), max(a, b), bool(match.group("nvl")) or nvlink)
-        if key not in self.p2p_disabled:
+        if key not in self.p2p_disabled and self._room(self.p2p_disabled, P.MAX_P2P_DISABLED, "p2p_disabled", key):
             self.p2p_disabled[key] = NcclP2PDisabled(a, b, key[3], host, self._source(lineno, raw))
 
     def _pattern(self, raw: str, body: str, lineno: int) -> None:
         match = P.PATTERN_RE.match(body)
-        if not match or len(self.graphs) >= P.MAX_GRAPHS:
+        if not match:
             return
         key = match.groups()
-        if key in self.graphs:
+        if key in self.graphs or not self._room(self.graphs, P.MAX_GRAPHS, "graphs", key):
             return
         self.graphs[key] = NcclGraph(
             pattern=int(match.group("pattern")), cross_nic=int(match.group("cross")),
@@ -142,32 +141,32 @@ class FactHandlers:
         nvls = int(match.group("nvls")) if match.group("nvls") is not None else None
         collnet = int(match.group("collnet")) if match.group("collnet") is not None else None
         key = (host, int(match.group("coll")), collnet, nvls, int(match.group("p2p")))
-        if key not in self.channel_counts and len(self.channel_counts) < 200:
+        if key not in self.channel_counts and self._room(self.channel_counts, P.MAX_SMALL_TABLE, "channel_counts", key):
             self.channel_counts[key] = NcclChannelCounts(coll=key[1], collnet=collnet, nvls=nvls, p2p=key[4],
                                                          host=host, source=self._source(lineno, raw))
 
     def _mnnvl_health(self, raw: str, body: str, pre: str, lineno: int) -> None:
         match = P.HEALTH_MASK_RE.search(body)
-        if not match or len(self.mnnvl_health) >= 200:
+        if not match:
             return
         host = self._thread(pre).host
         key = (host, match.group("mask").lower())
-        if key not in self.mnnvl_health:
+        if key not in self.mnnvl_health and self._room(self.mnnvl_health, P.MAX_SMALL_TABLE, "mnnvl_health", key):
             self.mnnvl_health[key] = NcclMnnvlHealth(mask=key[1], host=host, source=self._source(lineno, raw))
 
     def _nvls_support(self, raw: str, body: str, pre: str, lineno: int) -> None:
         match = P.NVLS_SUPPORT_RE.match(body)
-        if not match or len(self.nvls_support) >= 200:
+        if not match:
             return
         host = self._thread(pre).host
         key = (host, match.group("dev"), match.group("not") is None)
-        if key not in self.nvls_support:
+        if key not in self.nvls_support and self._room(self.nvls_support, P.MAX_SMALL_TABLE, "nvls_support", key):
             self.nvls_support[key] = NcclNvlsSupport(available=key[2], gpu=int(key[1]) if key[1].isdigit() else None,
                                                      host=host, source=self._source(lineno, raw))
 
     def _path(self, raw: str, body: str, pre: str, lineno: int) -> None:
         head = P.PATH_HEAD_RE.match(body)
-        if not head or len(self.paths) >= P.MAX_PATHS:
+        if not head:
             return
         host = self._thread(pre).host
         src = head.group("node")
@@ -177,7 +176,7 @@ class FactHandlers:
             if dst == src:
                 continue
             key = (host, src, dst)
-            if key in self.paths:
+            if key in self.paths or not self._room(self.paths, P.MAX_PATHS, "paths", key):
                 continue
             if source is None:
                 source = self._source(lineno, raw)

@@ -34,6 +34,24 @@ class LineHandlers:
             text = text[:2000] + "..."
         return source_ref(self.input, lineno, text)
 
+    def _room(self, table, cap: int, kind: str, key: object = None) -> bool:
+        """Whether `table` may take one more entry; if not, the entry is counted as not kept (`not_kept`):
+        once per distinct `key` when one is given (a fact that recurs on every rank is one fact)."""
+        if len(table) < cap:
+            return True
+        if key is None:
+            self.not_kept[kind] = self.not_kept.get(kind, 0) + 1
+            return False
+        keys = self.not_kept_keys.setdefault(kind, set())
+        if key not in keys:
+            if self.not_kept_held < P.MAX_NOT_KEPT_KEYS:
+                keys.add(key)
+                self.not_kept_held += 1
+                self.not_kept[kind] = self.not_kept.get(kind, 0) + 1
+            else:  # too many to tell apart: the count is a lower bound from here on
+                self.not_kept_more.add(kind)
+        return False
+
     def _skip(self, lineno: int) -> None:
         """Counted; the smallest line numbers kept as examples (the bulk path may skip out of order)."""
         self.skipped += 1
@@ -101,7 +119,7 @@ class LineHandlers:
     def _host_seen(self, thread: Thread, lineno: int, raw: str) -> None:
         """Hosts named on any NCCL line, with or without a rank (Bootstrap, NET/IB, WARN...)."""
         host = thread.host
-        if host and host not in self.hosts_seen and len(self.hosts_seen) < P.MAX_HOSTS:
+        if host and host not in self.hosts_seen and self._room(self.hosts_seen, P.MAX_HOSTS, "hosts", host):
             self.hosts_seen[host] = self._source(lineno, raw)
 
     # -- other program output ----------------------------------------------------------------
@@ -134,7 +152,7 @@ class LineHandlers:
     def _cmdline_env(self, raw: str, lineno: int) -> None:
         for match in _CMDLINE_ENV_RE.finditer(raw):
             name, value = match.group("name"), match.group("value")
-            if name not in self.cmdline_env and len(self.cmdline_env) < P.MAX_ENV:
+            if name not in self.cmdline_env and self._room(self.cmdline_env, P.MAX_ENV, "env", name):
                 self.cmdline_env[name] = (value, self._source(lineno, raw))
 
     def _version(self, raw: str, lineno: int) -> None:
@@ -293,11 +311,12 @@ class LineHandlers:
             return
         if inst.rings is None:
             inst.rings = {}
-        if cached[0] not in inst.rings and len(inst.rings) < 512:
+        if cached[0] not in inst.rings and self._room(inst.rings, P.MAX_RINGS_PER_INSTANCE, "rings"):
             inst.rings[cached[0]] = (cached[1], self._source(lineno, raw))
 
     def _trees(self, raw: str, body: str, pre: str, lineno: int) -> None:
         if self.trees_kept >= P.MAX_TREES:
+            self.not_kept["tree_lines"] = self.not_kept.get("tree_lines", 0) + 1
             return
         thread = self._thread(pre)
         inst = thread.current or self._anonymous_instance(thread)
@@ -305,7 +324,7 @@ class LineHandlers:
             return
         if inst.trees is None:
             inst.trees = {}
-        if len(inst.trees) >= 4096:
+        if not self._room(inst.trees, P.MAX_TREES_PER_INSTANCE, "tree_lines"):
             return
         before = len(inst.trees)
         if body.startswith("Tree "):

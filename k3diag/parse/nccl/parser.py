@@ -63,6 +63,13 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.junk_lines: list[int] = []
         self.unknown_conn = 0
         self.trees_kept = 0
+        # what a bound left out, by kind (`patterns.NOT_KEPT`): counted, reported, never silent
+        self.not_kept: dict[str, int] = {}
+        # the distinct facts left out, by kind (so a fact printed by every rank counts once), at most
+        # `MAX_NOT_KEPT_KEYS` in all; kinds with more than that are in `not_kept_more` (counts are lower bounds)
+        self.not_kept_keys: dict[str, set] = {}
+        self.not_kept_held = 0
+        self.not_kept_more: set[str] = set()
         self._shared_cache: dict | None = None
         # communicators whose ranks are completing: "id:<commId>" -> {rank: instance}
         self.tracks: dict[str, dict[int, Instance]] = {}

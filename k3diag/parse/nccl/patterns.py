@@ -32,12 +32,37 @@ MAX_ENV = 300
 MAX_PATHS = 4_000
 MAX_GRAPHS = 200
 MAX_TREES_PER_RUN = 20_000
+MAX_TREES_PER_INSTANCE = 4_096
+MAX_RINGS_PER_INSTANCE = 512  # NCCL has at most 64 channels (MAXCHANNELS): only a garbled log gets near
+MAX_SMALL_TABLE = 200  # channel counts, MNNVL health masks, NVLS support lines: a few per host
+MAX_NET_DEVICES = 64
+MAX_NOT_KEPT_KEYS = 65_536  # distinct facts a bound left out, remembered so that each is counted once
 MAX_GDR = 500
 MAX_DMABUF = 500
 MAX_P2P_DISABLED = 2_000
 MAX_HOSTS = 4_096  # host names seen on NCCL lines, with or without a rank
 MAX_FINALIZED_PROCS = 32_768  # processes of built runs remembered for their late connection lines
 MAX_EXAMPLES = 10  # line numbers kept for each kind of skipped line
+# what each kind of `NcclLogParser.not_kept` counts (singular, plural) and which bound left it out (the
+# bound's name in braces: formatted when reported, with the bounds in force then)
+NOT_KEPT: dict[str, tuple[str, str, str]] = {
+    "tree_lines": ("`Trees` line", "`Trees` lines", "not read: the trees of communicators being read are bounded "
+                   "to {MAX_TREES:,} entries in all and {MAX_TREES_PER_INSTANCE:,} per rank"),
+    "tree_entries": ("tree entry", "tree entries", "past {MAX_TREES_PER_INSTANCE:,} per rank"),
+    "rings": ("ring order", "ring orders", "past {MAX_RINGS_PER_INSTANCE:,} per rank"),
+    "env": ("NCCL setting", "NCCL settings", "past the first {MAX_ENV:,} distinct ones"),
+    "hosts": ("host name", "host names", "past the first {MAX_HOSTS:,}"),
+    "gdr": ("GPUDirect RDMA line", "GPUDirect RDMA lines", "past the first {MAX_GDR:,} distinct ones"),
+    "dmabuf": ("DMA-BUF line", "DMA-BUF lines", "past the first {MAX_DMABUF:,} distinct ones"),
+    "p2p_disabled": ("'P2P is disabled' line", "'P2P is disabled' lines",
+                     "past the first {MAX_P2P_DISABLED:,} distinct GPU pairs"),
+    "graphs": ("graph search result", "graph search results", "past the first {MAX_GRAPHS:,} distinct ones"),
+    "paths": ("topology path", "topology paths", "past the first {MAX_PATHS:,} distinct ones"),
+    "channel_counts": ("channel-count line", "channel-count lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
+    "mnnvl_health": ("MNNVL health line", "MNNVL health lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
+    "nvls_support": ("NVLS support line", "NVLS support lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
+    "net_devices": ("network device", "network devices", "past the first {MAX_NET_DEVICES:,} of a kind"),
+}
 MAX_LINE_CHARS = 1 << 16
 # Runs (communicators) reported in full: the largest and those that show a problem, up to this many.
 # Every other run is summarized with exact counters (ranks, nodes, connection lines per transport).

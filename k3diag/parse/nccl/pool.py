@@ -147,7 +147,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
         prev_pending = at.pending if at is not None else {}
         if head is not None and (head.conns or head.rings or head.ring_next or head.trees):
             if prev_current is not None:
-                over += prev_current.absorb(head, cap)
+                over += prev_current.absorb(head, cap, a.not_kept)
             else:
                 if bt.head_closed and bt.adopter in b.instances:
                     adopter = b.instances[bt.adopter]
@@ -163,7 +163,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
                     if anon is None:
                         anon = Instance(key=anon_key, host=key[0], pid=key[1], ptr=None)
                         b.instances[anon_key] = anon
-                    over += anon.absorb(head, cap)
+                    over += anon.absorb(head, cap, a.not_kept)
         elif bt.head_closed and bt.adopter in b.instances and prev_current is None and prev_pending:
             over += absorb_all(b.instances[bt.adopter].conns, prev_pending, cap)
             prev_pending = {}
@@ -191,7 +191,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
                 continue
             a.instances[key] = inst
         else:
-            over += mine.absorb(inst, cap)
+            over += mine.absorb(inst, cap, a.not_kept)
             merged[id(inst)] = mine
     for thread in a.threads.values():
         if thread.current is not None and id(thread.current) in merged:
@@ -212,19 +212,24 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
     for name in ("rccl_hints", "lines_total", "lines_nccl", "skipped", "junk", "unknown_conn", "dropped_instances",
                  "messages_dropped", "trees_kept"):
         setattr(a, name, getattr(a, name) + getattr(b, name))
+    for kind, number in b.not_kept.items():
+        if kind not in b.not_kept_keys:  # counted per line or entry: the parts add up
+            a.not_kept[kind] = a.not_kept.get(kind, 0) + number
+    a.not_kept_more |= b.not_kept_more
     a.skipped_lines = sorted(a.skipped_lines + b.skipped_lines)[: P.MAX_EXAMPLES]
     a.junk_lines = sorted(a.junk_lines + b.junk_lines)[: P.MAX_EXAMPLES]
     for name, value in b.env.items():
         if name in a.env:
             if a.env[name] != value:
                 a.env_conflicts.setdefault(name, {a.env[name]}).add(value)
-        elif len(a.env) < P.MAX_ENV:
+        elif a._room(a.env, P.MAX_ENV, "env", name):
             a.env[name] = value
             a.env_sources[name] = b.env_sources[name]
     for name, values in b.env_conflicts.items():
         a.env_conflicts.setdefault(name, set()).update(values)
     for name, value in b.cmdline_env.items():
-        a.cmdline_env.setdefault(name, value)
+        if name not in a.cmdline_env and a._room(a.cmdline_env, P.MAX_ENV, "env", name):
+            a.cmdline_env[name] = value
     for key, msg in b.messages.items():
         mine = a.messages.get(key)
         if mine is not None:
@@ -234,23 +239,24 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
         else:
             a.messages_dropped += msg.count
     for table, cap in (("p2p_disabled", P.MAX_P2P_DISABLED), ("gdr", P.MAX_GDR), ("dmabuf", P.MAX_DMABUF),
-                       ("graphs", P.MAX_GRAPHS), ("paths", P.MAX_PATHS), ("channel_counts", 200),
-                       ("mnnvl_health", 200), ("nvls_support", 200)):
+                       ("graphs", P.MAX_GRAPHS), ("paths", P.MAX_PATHS), ("channel_counts", P.MAX_SMALL_TABLE),
+                       ("mnnvl_health", P.MAX_SMALL_TABLE), ("nvls_support", P.MAX_SMALL_TABLE)):
         mine, theirs = getattr(a, table), getattr(b, table)
         for key, value in theirs.items():
-            if key not in mine and len(mine) < cap:
+            if key not in mine and a._room(mine, cap, table, key):
                 mine[key] = value
     for host, source in b.hosts_seen.items():
-        if host not in a.hosts_seen and len(a.hosts_seen) < P.MAX_HOSTS:
+        if host not in a.hosts_seen and a._room(a.hosts_seen, P.MAX_HOSTS, "hosts", host):
             a.hosts_seen[host] = source
     for rank, info in b.tests_ranks.items():
         a.tests_ranks.setdefault(rank, info)
     net, other = a.net, b.net
     net.network = net.network or other.network
     net.plugin = net.plugin or other.plugin
-    for mine, theirs in ((net.ib_devices, other.ib_devices), (net.socket_devices, other.socket_devices)):
+    for kind, mine, theirs in (("IB", net.ib_devices, other.ib_devices),
+                               ("Socket", net.socket_devices, other.socket_devices)):
         for dev in theirs:
-            if dev not in mine and len(mine) < 64:
+            if dev not in mine and a._room(mine, P.MAX_NET_DEVICES, "net_devices", (kind, dev)):
                 mine.append(dev)
     net.ib_not_found = net.ib_not_found or other.ib_not_found
     net.ibverbs_missing = net.ibverbs_missing or other.ibverbs_missing
@@ -259,3 +265,26 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
         a.net_first.setdefault(kind, source)
     if getattr(b, "read_error", None) and not getattr(a, "read_error", None):
         a.read_error = b.read_error
+    _merge_not_kept(a, b)
+
+
+def _merge_not_kept(a: NcclLogParser, b: NcclLogParser) -> None:
+    """The distinct facts either part left out, less those the first part kept (its table had room for
+    them before it filled): what one pass would have left out."""
+    kept = {"env": (a.env, a.cmdline_env), "hosts": (a.hosts_seen,),
+            "net_devices": ({("IB", dev) for dev in a.net.ib_devices}
+                            | {("Socket", dev) for dev in a.net.socket_devices},)}
+    for kind, keys in b.not_kept_keys.items():
+        mine = a.not_kept_keys.setdefault(kind, set())
+        for key in keys - mine:
+            if a.not_kept_held >= P.MAX_NOT_KEPT_KEYS:
+                a.not_kept_more.add(kind)
+                break
+            mine.add(key)
+            a.not_kept_held += 1
+    for kind, keys in a.not_kept_keys.items():
+        for table in kept.get(kind) or (getattr(a, kind),):
+            keys.difference_update([key for key in keys if key in table])
+        a.not_kept[kind] = len(keys)
+        if not keys:
+            del a.not_kept[kind]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from k3diag.model.nccl import NcclConnection, NcclRank, NcclRing, NcclRun, NcclRunSummary, NcclSummary, NcclTree
 from k3diag.model.source import SourceRef, source_ref
+from k3diag.model.words import counted
 from k3diag.parse.ids import bdf_from_nccl_busid
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.state import ConnAgg, Instance, absorb_all
@@ -250,6 +251,8 @@ def finish(parser) -> NcclLogResult:
     for run in result.runs:
         _complete_run(parser, run, library)
     result.summary = keeper.summary()
+    result.summary.not_kept = dict(parser.not_kept)
+    result.summary.not_kept_lower_bounds = sorted(parser.not_kept_more)
     _attach_unranked_hosts(parser, result)
 
     result.library = library
@@ -354,6 +357,18 @@ def _warnings(parser, result: NcclLogResult) -> None:
                         f"communicator instances beyond the first {P.MAX_INSTANCES} (limit keeps memory bounded)")
     if parser.messages_dropped:
         warnings.append(f"{parser.messages_dropped} further distinct NCCL warning(s) were not kept")
+    for kind, number in sorted(parser.not_kept.items()):
+        one, many, bound = P.NOT_KEPT[kind]
+        floor = "at least " if kind in parser.not_kept_more else ""
+        warnings.append(f"{floor}{counted(number, one, many)} {'was' if number == 1 and not floor else 'were'} "
+                        "counted but not kept "
+                        f"({bound.format_map(vars(P))}; a bound that keeps memory fixed; "
+                        "`nccl_summary.not_kept` in --json)")
+    trees_not_kept = sum(run.trees_not_kept for run in result.runs)
+    if trees_not_kept:
+        warnings.append(f"{counted(trees_not_kept, 'tree entry', 'tree entries')} of the communicators reported in "
+                        f"full {'was' if trees_not_kept == 1 else 'were'} counted but not kept: at most "
+                        f"{P.MAX_TREES_PER_RUN:,} per communicator (`trees_not_kept` of each run in --json)")
     summary = result.summary
     if summary.runs_summarized:
         warnings.append(f"{summary.runs_total} communicators in this log: {summary.runs_detailed} reported in full "
@@ -443,8 +458,12 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict, allow_empty
         for ch, mapping in (inst.ring_next or {}).items():
             nexts.setdefault(ch, {}).update(mapping)
         for tkey, tree in (inst.trees or {}).items():
+            if tkey in trees:
+                continue
             if len(trees) < P.MAX_TREES_PER_RUN:
-                trees.setdefault(tkey, tree)
+                trees[tkey] = tree
+            else:
+                run.trees_not_kept += 1
     for ch, mapping in nexts.items():
         if ch not in ring_map:
             order = _follow_ring(mapping)

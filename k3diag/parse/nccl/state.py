@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
+from k3diag.parse.nccl import patterns as P
 
 # (src, dst, via, direction)
 ConnKey = tuple[int, int, str, "str | None"]
@@ -86,8 +87,9 @@ class Instance:
     ring_next: dict | None = None  # channel -> {rank: next}
     trees: dict | None = None  # (channel, rank) -> NcclTree
 
-    def absorb(self, later: "Instance", cap: int) -> int:
-        """Merge what a later part of the file said about the same instance, as one pass would have."""
+    def absorb(self, later: "Instance", cap: int, not_kept: dict[str, int]) -> int:
+        """Merge what a later part of the file said about the same instance, as one pass would have; what
+        the bounds leave out is counted in `not_kept` (the parser's, by kind)."""
         self.complete = self.complete or later.complete
         if self.rank is None:
             self.rank = later.rank
@@ -104,8 +106,12 @@ class Instance:
             if self.rings is None:
                 self.rings = {}
             for ch, value in later.rings.items():
-                if ch not in self.rings and len(self.rings) < 512:
+                if ch in self.rings:
+                    continue
+                if len(self.rings) < P.MAX_RINGS_PER_INSTANCE:
                     self.rings[ch] = value
+                else:
+                    not_kept["rings"] = not_kept.get("rings", 0) + 1
         if later.ring_next:
             if self.ring_next is None:
                 self.ring_next = {}
@@ -115,8 +121,12 @@ class Instance:
             if self.trees is None:
                 self.trees = {}
             for key, tree in later.trees.items():
-                if key not in self.trees and len(self.trees) < 4096:
+                if key in self.trees:
+                    continue
+                if len(self.trees) < P.MAX_TREES_PER_INSTANCE:
                     self.trees[key] = tree
+                else:
+                    not_kept["tree_entries"] = not_kept.get("tree_entries", 0) + 1
         return over
 
 
