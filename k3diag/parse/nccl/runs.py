@@ -341,33 +341,38 @@ def _warnings(parser, result: NcclLogResult) -> None:
     if getattr(parser, "read_error", None):
         warnings.append(parser.read_error)
     if parser.skipped:
-        where = ", ".join(str(n) for n in result.skipped_lines)
-        warnings.append(f"{parser.skipped} NCCL line(s) could not be read (cut or interleaved with other output); "
-                        f"first at line(s) {where}")
+        warnings.append(f"{counted(parser.skipped, 'NCCL line')} could not be read (cut or interleaved with other "
+                        f"output); first at {_lines_at(result.skipped_lines)}")
     if parser.junk:
-        where = ", ".join(str(n) for n in sorted(parser.junk_lines)[: P.MAX_EXAMPLES])
-        warnings.append(f"{parser.junk} line(s) of binary or undecodable data were skipped; first at line(s) {where}")
+        junk_lines = sorted(parser.junk_lines)[: P.MAX_EXAMPLES]
+        warnings.append(f"{counted(parser.junk, 'line')} of binary or undecodable data {_were(parser.junk)} skipped; "
+                        f"first at {_lines_at(junk_lines)}")
     if parser.unknown_conn:
-        warnings.append(f"{parser.unknown_conn} connection line(s) name a transport k3diag does not know; not counted")
+        warnings.append(f"{counted(parser.unknown_conn, 'connection line')} "
+                        f"{'names' if parser.unknown_conn == 1 else 'name'} a transport k3diag does not know; "
+                        "not counted")
     if parser.conn_overflow:
-        warnings.append(f"{parser.conn_overflow} connection line(s) were counted but not kept: an instance connected "
-                        f"to more than {P.MAX_CONN_KEYS_PER_INSTANCE} distinct peers/transports")
+        warnings.append(f"{counted(parser.conn_overflow, 'connection line')} {_were(parser.conn_overflow)} counted "
+                        f"but not kept: an instance connected to more than {P.MAX_CONN_KEYS_PER_INSTANCE:,} distinct "
+                        "peers/transports")
     if parser.dropped_instances:
-        warnings.append(f"{parser.dropped_instances} communicator line(s) were not tracked: they belong to "
-                        f"communicator instances beyond the first {P.MAX_INSTANCES} (limit keeps memory bounded)")
+        warnings.append(f"{counted(parser.dropped_instances, 'communicator line')} {_were(parser.dropped_instances)} "
+                        f"not tracked: they belong to communicator instances beyond the first {P.MAX_INSTANCES:,} "
+                        "(limit keeps memory bounded)")
     if parser.messages_dropped:
-        warnings.append(f"{parser.messages_dropped} further distinct NCCL warning(s) were not kept")
+        warnings.append(f"{counted(parser.messages_dropped, 'further distinct NCCL warning')} "
+                        f"{_were(parser.messages_dropped)} not kept")
     for kind, number in sorted(parser.not_kept.items()):
         one, many, bound = P.NOT_KEPT[kind]
         floor = "at least " if kind in parser.not_kept_more else ""
-        warnings.append(f"{floor}{counted(number, one, many)} {'was' if number == 1 and not floor else 'were'} "
+        warnings.append(f"{floor}{counted(number, one, many)} {'were' if floor else _were(number)} "
                         "counted but not kept "
                         f"({bound.format_map(vars(P))}; a bound that keeps memory fixed; "
                         "`nccl_summary.not_kept` in --json)")
     trees_not_kept = sum(run.trees_not_kept for run in result.runs)
     if trees_not_kept:
         warnings.append(f"{counted(trees_not_kept, 'tree entry', 'tree entries')} of the communicators reported in "
-                        f"full {'was' if trees_not_kept == 1 else 'were'} counted but not kept: at most "
+                        f"full {_were(trees_not_kept)} counted but not kept: at most "
                         f"{P.MAX_TREES_PER_RUN:,} per communicator (`trees_not_kept` of each run in --json)")
     summary = result.summary
     if summary.runs_summarized:
@@ -380,6 +385,15 @@ def _warnings(parser, result: NcclLogResult) -> None:
     if not result.runs and not parser.lines_nccl:
         warnings.append("no NCCL/RCCL log lines found; run the job with NCCL_DEBUG=INFO "
                         "NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,NET and give its output")
+
+
+def _were(number: int) -> str:
+    return "was" if number == 1 else "were"
+
+
+def _lines_at(numbers: list[int]) -> str:
+    """`line 5` or `lines 5, 9, 12`: where the first examples are."""
+    return ("line " if len(numbers) == 1 else "lines ") + ", ".join(str(n) for n in numbers)
 
 
 def _attach_unranked_hosts(parser, result: NcclLogResult) -> None:
