@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from k3diag.model.words import counted
+
 # A topology file is a few KB; an `lspci -vv` of a big server a few MB. Anything past this
 # is read only by streaming parsers (NCCL logs), never loaded whole.
 MAX_TEXT_BYTES = 64 * 1024 * 1024
@@ -402,15 +404,17 @@ class Evidence:
         if nuls or controls:
             parts = []
             if nuls:
-                parts.append(f"{nuls} NUL byte(s)")
+                parts.append(counted(nuls, "NUL byte"))
             if controls:
-                parts.append(f"{controls} other control byte(s)")
-            self._note(f"{' and '.join(parts)} in {self.name} were dropped (padding from a crash or a serial "
-                       "console?); the text around them was read")
+                parts.append(counted(controls, "other control byte"))
+            one = nuls + controls == 1
+            self._note(f"{' and '.join(parts)} in {self.name} {'was' if one else 'were'} dropped (padding from a "
+                       f"crash or a serial console?); the text around {'it' if one else 'them'} was read")
         if long_lines:
             size = f"{max_line // MiB} MiB" if max_line >= MiB else f"{max_line // 1024} KiB"
-            self._note(f"{long_lines} line(s) of {self.name} were longer than {size}; only the first {size} of "
-                       "each were read")
+            one = long_lines == 1
+            self._note(f"{counted(long_lines, 'line')} of {self.name} {'was' if one else 'were'} longer than {size}; "
+                       + (f"only its first {size} was read" if one else f"only the first {size} of each was read"))
 
     def _note(self, sentence: str) -> None:
         if sentence not in self.notes:

@@ -8,6 +8,7 @@ from typing import BinaryIO, Callable
 
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence, InputError, _sentence_for, open_input, read_stream
 from k3diag.model.machine import InputRecord, Machine, MachineSet
+from k3diag.model.words import counted
 
 # A folder of saved outputs is walked this deep and this wide at most; a user who points
 # k3diag at / by mistake gets a sentence, not a frozen terminal. What is left out is said.
@@ -213,12 +214,16 @@ def _walk_folder(folder: Path) -> tuple[list[Evidence], list[InputRecord]]:
             evidence.append(Evidence(name=str(path), path=path, follow_links=False))
     if too_deep:
         shown = ", ".join(too_deep[:3]) + (" ..." if len(too_deep) > 3 else "")
-        problems.append(_problem(str(folder), f"{len(too_deep)} folder(s) in {folder} nest deeper than "
-                                              f"{MAX_FOLDER_DEPTH} levels and were not read: {shown}; give them as "
-                                              "paths of their own"))
+        one = len(too_deep) == 1
+        problems.append(_problem(str(folder), f"{counted(len(too_deep), 'folder')} in {folder} "
+                                              f"{'nests' if one else 'nest'} deeper than {MAX_FOLDER_DEPTH} levels "
+                                              f"and {'was' if one else 'were'} not read: {shown}; give "
+                                              f"{'it as a path of its own' if one else 'them as paths of their own'}"))
     if hidden:
-        problems.append(_problem(str(folder), f"{hidden} hidden file(s) or folder(s) in {folder} (names starting "
-                                              "with '.') were not read; give them as paths to read them"))
+        one = hidden == 1
+        problems.append(_problem(str(folder), f"{hidden} hidden {'file or folder' if one else 'files or folders'} "
+                                              f"in {folder} (names starting with '.') {'was' if one else 'were'} not "
+                                              f"read; give {'it as a path' if one else 'them as paths'} to read them"))
     for failure in unlisted:
         problems.append(_problem(str(folder), f"could not list {failure}; its files were not read"))
     if count == 0 and not unlisted:
@@ -263,7 +268,8 @@ def pick_machine(machines: "MachineSet") -> tuple[Machine, int, str]:
     if machines.several:
         others = len(machines.machines) - 1
         machine.note("inputs", f"these inputs describe {len(machines.machines)} machines; only {machine.label} is "
-                               f"shown here and the {others} other(s) are left out; `k3diag analyze` reports each one")
+                               f"shown here and the {counted(others, 'other')} {'is' if others == 1 else 'are'} "
+                               "left out; `k3diag analyze` reports each one")
     return machine, index, why
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from k3diag.evidence import Evidence
+from k3diag.model.words import counted
 
 KINDS = ("serial", "gpu_uuid", "uuid", "mac", "guid", "ib_gid", "ipv4", "ipv6", "hostname", "username",
          "instance_id")
@@ -115,7 +116,9 @@ class RedactionReport:
         parts = [f"{self.distinct[k]} {_KIND_WORDS[k]} ({self.replaced[k]} places)" for k in KINDS if self.replaced[k]]
         text = "redacted " + (", ".join(parts) if parts else "nothing (no identifiers found)")
         if self.unscanned:
-            text += f"; {len(self.unscanned)} binary item(s) could not be searched and were left out"
+            one = len(self.unscanned) == 1
+            text += (f"; {counted(len(self.unscanned), 'binary item')} could not be searched and "
+                     f"{'was' if one else 'were'} left out")
         return text
 
     def to_json(self) -> dict:

@@ -26,6 +26,7 @@ from k3diag.advise.layouts import (
 from k3diag.advise.memory import GIB, Layout, ReserveSettings, StageLedger, memoized_ledgers, stage_ledgers, worst_stage
 from k3diag.advise.roofline import Roofline, decode_roofline, weights_read_per_token_bytes
 from k3diag.advise.training import TrainingPlan, TrainSettings, training_plan
+from k3diag.model.words import counted
 
 CAPACITY_CONTEXTS = (8192, 131072, 1048576)
 
@@ -118,7 +119,8 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
             notes.append(f"{source} holds several GPU models ({', '.join(sorted(seen))}); planning with the smallest memory.")
         spec = min(seen.values(), key=lambda s: s.memory_mib)
         if unknown:
-            notes.append(f"{len(unknown)} GPU(s) not recognized ({', '.join(sorted(set(unknown)))}); counted as {spec.name}.")
+            notes.append(f"{counted(len(unknown), 'GPU')} not recognized ({', '.join(sorted(set(unknown)))}); "
+                         f"counted as {spec.name}.")
     reported = [g.memory_total_mib for g in gpus if g.memory_total_mib]
     physical = min(reported) / 1024 if reported else spec.memory_gib
     if reported:
@@ -405,7 +407,7 @@ def _verdict(spec: ModelSpec, hw: Hardware, context: int, plan_results: list[Lay
         gen = {
             "answer": "yes",
             "why": f"{r.layout.label} also holds one {context:,}-token sequence ({r.worst.state_gib_one_sequence:.3f} GiB per GPU) "
-            f"and {r.sequences_at_context} such sequences at once.",
+            f"and {counted(r.sequences_at_context, 'such sequence')} at once.",
         }
         tokens_s = 1000.0 / r.roofline.estimate_ms if r.roofline.estimate_ms > 0 else float("inf")
         serve = {

@@ -11,6 +11,7 @@ from k3diag.advise.architecture import active_params, present_groups, total_para
 from k3diag.advise.memory import GIB, Layout, ReserveSettings, stage_ledgers
 from k3diag.advise.plan import AdvicePlan, LayoutResult
 from k3diag.advise.roofline import weights_read_per_token_bytes
+from k3diag.model.words import counted
 
 TOP_LAYOUTS = 10
 
@@ -104,7 +105,7 @@ def _ledger(plan: AdvicePlan, result: LayoutResult) -> list[Block]:
         rows.append([line.label, f"{line.gib:.3f}", line.detail])
     rows.append(["= reserve", f"{w.reserve_gib:.3f}", "not in the published figures; change with --reserve-*"])
     rows.append(["free for KV cache and state", f"{w.free_gib:.3f}", f"of {w.memory_gib:.1f} GiB: "
-                 f"{result.sequences_at_context // lay.dp} sequence(s) of {_ctx(plan.context)} per replica"])
+                 f"{counted(result.sequences_at_context // lay.dp, 'sequence')} of {_ctx(plan.context)} per replica"])
     return [Heading(f"Memory per GPU, {lay.label} ({where})"), Table(["item", "GiB", "how"], rows, right={1})]
 
 
@@ -137,7 +138,8 @@ def _layouts(plan: AdvicePlan) -> list[Block]:
         hidden = len(plan.results) - len(shown)
         if hidden > 0:
             misfits = len(plan.results) - len(plan.by_latency)
-            blocks.append(Text(f"{hidden} more layout(s) in --json, {misfits} of them not fitting."))
+            blocks.append(Text(f"1 more layout in --json, {'not fitting' if misfits else 'fitting'}." if hidden == 1
+                               else f"{hidden} more layouts in --json, {misfits} of them not fitting."))
     else:
         closest = sorted(plan.results, key=lambda r: -r.worst.free_gib)[:5]
         blocks.append(Heading("Closest layouts (none fits)"))

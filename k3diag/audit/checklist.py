@@ -19,6 +19,7 @@ from k3diag.audit.q_pcie import answer_acs_iommu, answer_pcie_switch, answer_pci
 from k3diag.audit.q_placement import answer_cpu_numa, answer_path_classes
 from k3diag.audit.q_plan import answer_parallelism, answer_tp2_vs_tp4
 from k3diag.audit.q_serving import answer_tp2_tp4_measured
+from k3diag.model.words import counted
 
 QUESTIONS: tuple[tuple[str, Callable[[AuditContext], Answer]], ...] = (
     ("pcie-x16", answer_pcie_x16),
@@ -140,15 +141,17 @@ def _agree_on_nics(answers: list[Answer], checks: list[Any]) -> None:
     if check is None or answer is None:
         return
     answer.data["expected_nics"] = check.expected
+    # The spec line holds the count as text ("4"); in prose it is "1 NIC", "4 NICs".
+    nics = counted(int(check.expected), "NIC") if str(check.expected).isdigit() else f"{check.expected} NICs"
     if check.verdict == FAIL:
         answer.verdict = FAIL
-        answer.summary = (f"The purchase spec expects {check.expected} NIC(s), but the evidence shows {check.actual}. "
+        answer.summary = (f"The purchase spec expects {nics}, but the evidence shows {check.actual}. "
                           + answer.summary)
     elif check.verdict == UNKNOWN:
-        answer.summary = (f"The purchase spec expects {check.expected} NIC(s); the evidence shows {check.actual}, "
+        answer.summary = (f"The purchase spec expects {nics}; the evidence shows {check.actual}, "
                           f"which does not settle the count (run: {check.request}). " + answer.summary)
     else:
-        answer.details.insert(0, f"the purchase spec expects {check.expected} NIC(s): {check.actual}, as expected")
+        answer.details.insert(0, f"the purchase spec expects {nics}: {check.actual}, as expected")
 
 
 def _finding_json(finding: Any) -> dict:

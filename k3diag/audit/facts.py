@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import gpu_index, path_rank
+from k3diag.model.words import counted
 
 # Theoretical one-direction bandwidth of a x16 link per generation, GB/s (field notes).
 X16_GBPS = {1: 4.0, 2: 8.0, 3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
@@ -466,7 +467,7 @@ def network_nics(machine: Any, evidence: Iterable[Any] = ()) -> NicCount | None:
     if names:
         refs = dedupe_refs([ref for name in names for ref in refs_of(nics[name])[:1]], 3)
         managed = len(nics) - len(names)
-        how = "as nvidia-smi topo -m lists them" + (f", {managed} NVSwitch management port(s) not counted"
+        how = "as nvidia-smi topo -m lists them" + (f", {counted(managed, 'NVSwitch management port')} not counted"
                                                     if managed else "")
         return NicCount(len(names), names, how, refs)
     devices = [d for d in attr(machine, "pci", []) or []

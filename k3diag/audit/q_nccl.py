@@ -10,6 +10,7 @@ from k3diag.audit.context import AuditContext
 from k3diag.audit.facts import attr
 from k3diag.collect.benchmarks import gpu_steps
 from k3diag.model.topology import path_rank
+from k3diag.model.words import counted
 
 # One NVLink lane pair carries ~25 GB/s each way (NVLink 2-4); all_reduce busbw reaches ~75%
 # of the slowest link in the ring (field notes: 8xA100 NV12 ~230, 8xH100 NV18 ~370-480).
@@ -157,12 +158,12 @@ def answer_nccl_allreduce(ctx: AuditContext) -> Answer:
                             "adding GPUs adds a slower link to the ring")
     if wrong:
         verdict = FAIL
-        problems.insert(0, f"nccl-tests counted {wrong} wrong value(s): data corruption on the GPU links")
+        problems.insert(0, f"nccl-tests counted {counted(wrong, 'wrong value')}: data corruption on the GPU links")
     if unsized:
         answer.details.append("results with an unknown GPU count: " + ", ".join(f"{v:g} GB/s" for v in unsized))
     missing = [n for n in steps if n not in best and n not in averages]
     if missing:
-        answer.details.append("not measured at " + ", ".join(f"{n} GPU(s)" for n in missing))
+        answer.details.append("not measured at " + ", ".join(counted(n, "GPU") for n in missing))
     answer.details.extend(problems)
     answer.data = {"busbw_by_gpus": per_n, "wrong": wrong, "missing_steps": missing}
     answer.evidence = facts.dedupe_refs(refs, limit=8)

@@ -10,6 +10,7 @@ from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer
 from k3diag.audit.context import AuditContext
 from k3diag.audit.facts import attr
 from k3diag.model.topology import endpoint_sort_key, path_rank
+from k3diag.model.words import counted
 
 GDR_REQUEST = (
     "lsmod | grep -e nvidia_peermem -e nv_peer_mem ; nvidia-smi topo -m ; ibv_devinfo ; "
@@ -105,7 +106,7 @@ def answer_gpudirect_rdma(ctx: AuditContext) -> Answer:
         answer.verdict = PASS
         refs.extend([attr(c, "source") for c in with_gdr[:2]] + enabled_lines[:2])
         answer.summary = ("Yes: NCCL moved data with GPUDirect RDMA (GDRDMA)"
-                          + (f" on {len(with_gdr)} connection(s)" if with_gdr else "") + ".")
+                          + (f" on {counted(len(with_gdr), 'connection')}" if with_gdr else "") + ".")
         if far:
             answer.details.append(f"{', '.join(sorted(far, key=endpoint_sort_key))} have no NIC on their own "
                                   "switch or root complex: their RDMA traffic crosses the CPU")
@@ -124,7 +125,7 @@ def answer_gpudirect_rdma(ctx: AuditContext) -> Answer:
                           f"network NIC within NCCL_NET_GDR_LEVEL {report.level} (the details list which).")
     elif near:
         answer.verdict = WARN
-        answer.summary = (f"Probably: {len(near)} GPU(s) share a PCIe switch with a NIC (PIX/PXB), which GPUDirect "
+        answer.summary = (f"Probably: {counted(len(near), 'GPU')} {'shares' if len(near) == 1 else 'share'} a PCIe switch with a NIC (PIX/PXB), which GPUDirect "
                           "RDMA needs, but no multi-node run in the bundle shows it in use"
                           + (f" ({report.possible_reason})" if report is not None and report.possible is None else "")
                           + ".")
@@ -241,20 +242,21 @@ def answer_multi_node_network(ctx: AuditContext) -> Answer:
     elif rdma_names or rdma_devices or uses_ib:
         answer.verdict = PASS
         count = len(rdma_names) or len(rdma_devices)
-        answer.summary = (f"{count} RDMA-capable NIC(s)" if count else "RDMA NICs")\
+        answer.summary = (counted(count, "RDMA-capable NIC") if count else "RDMA NICs")\
             + (" and NCCL used them (NET/IB)" if uses_ib else "") + \
             "; the switch is not in the evidence: ask the vendor for it."
         gpus = len(facts.gpus(machine))
         if down_ports:
             answer.verdict = WARN
-            answer.summary = (f"{count} RDMA-capable NIC(s), but {len(down_ports)} port(s) are down ("
+            answer.summary = (f"{counted(count, 'RDMA-capable NIC')}, but {counted(len(down_ports), 'port')} "
+                              f"{'is' if len(down_ports) == 1 else 'are'} down ("
                               + ", ".join(attr(p, "key") for p in down_ports[:4]) + "): those rails carry nothing"
                               "; the switch is not in the evidence: ask the vendor for it.")
             refs.extend(attr(p, "source") for p in down_ports[:2])
             answer.evidence = facts.dedupe_refs(refs, limit=8)
         elif count and gpus and count * 2 < gpus:
             answer.verdict = WARN
-            answer.summary = (f"Only {count} RDMA-capable NIC(s) for {gpus} GPUs: fewer than one per two GPUs limits "
+            answer.summary = (f"Only {counted(count, 'RDMA-capable NIC')} for {gpus} GPUs: fewer than one per two GPUs limits "
                               "multi-node bandwidth" + (" (NCCL used them: NET/IB)" if uses_ib else "")
                               + "; the switch is not in the evidence: ask the vendor for it.")
     elif names or devices:

@@ -194,7 +194,7 @@ def answer_p2p(ctx: AuditContext) -> Answer:
     if problems:
         answer.verdict = FAIL
         answer.summary = "P2P does not work for every GPU pair: " + problems[0] + (
-            f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else "") + "."
+            f" (and {counted(len(problems) - 1, 'more problem')})" if len(problems) > 1 else "") + "."
         answer.request = ("Fix the cause (driver without P2P on consumer cards, ACS redirect, IOMMU translation, "
                           "cross-socket pairs) and re-run: " + P2P_REQUEST)
     elif measured_ok:

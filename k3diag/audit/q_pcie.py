@@ -153,7 +153,8 @@ def answer_pcie_x16(ctx: AuditContext) -> Answer:
     else:
         verb = "does" if len(narrow) == 1 else "do"
         answer.summary = f"{', '.join(narrow)} {verb} not run at x16 ({installed})."
-        answer.request = ("Ask the vendor to reseat or move the card(s) to a x16 slot wired to the CPU (check the "
+        answer.request = (f"Ask the vendor to reseat or move {'the card' if len(narrow) == 1 else 'the cards'} to a x16 "
+                          "slot wired to the CPU (check the "
                           "board manual's lane map: slots often drop to x8 when a neighbour is populated), then "
                           "re-run: " + WIDTH_REQUEST)
         if unknown:
@@ -282,11 +283,12 @@ def answer_acs_iommu(ctx: AuditContext) -> Answer:
                         "reboot) or turn off ACS/VT-d in the BIOS, then show `sudo lspci -vvv | grep ACSCtl`")
     elif known:
         acs_state = "off"
-        answer.details.append(f"ACS redirect is off on all {len(known)} bridge(s) whose ACS control was read")
+        answer.details.append(f"ACS redirect is off on {'the' if len(known) == 1 else 'all'} "
+                              f"{counted(len(known), 'bridge')} whose ACS control was read")
         refs.extend(attr(attr(d, "acs"), "source") for d in known[:2])
     else:
         if denied:
-            answer.details.append(f"{len(denied)} device(s) read without root: ACS state <access denied>")
+            answer.details.append(f"{counted(len(denied), 'device')} read without root: ACS state <access denied>")
         requests.append(ACS_REQUEST)
 
     mode = facts.iommu_mode(machine)

@@ -14,6 +14,7 @@ from typing import Any
 from k3diag.audit import facts
 from k3diag.audit.answer import PASS, UNKNOWN, WARN, Answer
 from k3diag.audit.context import AuditContext
+from k3diag.model.words import counted
 
 SERVING_RUNS = "serving_runs"
 
@@ -92,7 +93,9 @@ def answer_tp2_tp4_measured(ctx: AuditContext) -> Answer:
                 + (f", TPOT {tpot:.1f} ms" if tpot is not None else "") + f" ({run.input})"
             )
     if unknown_layout:
-        answer.details.append(f"{len(unknown_layout)} result(s) do not say their layout (add --metadata tp=N gpus=...)")
+        one = len(unknown_layout) == 1
+        answer.details.append(f"{counted(len(unknown_layout), 'result')} {'does not say its' if one else 'do not say their'} "
+                              "layout (add --metadata tp=N gpus=...)")
     comparison = compare([run for tp in (2, 4) for run in by_tp.get(tp, [])])
     answer.data = {"measured_tp": sorted(by_tp), "comparable": comparison.comparable, "best": comparison.best_json(),
                    "reasons": list(comparison.reasons)}

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, AuditReport
 from k3diag.render.escape import escape_terminal as _t
+from k3diag.model.words import counted
 
 _STYLE = {PASS: "bold green", WARN: "bold yellow", FAIL: "bold red", UNKNOWN: "bold bright_black"}
 
@@ -70,7 +71,7 @@ def render_terminal(report: AuditReport, stream: TextIO | None = None, verbose: 
                          escape(check.actual))
         console.print(spec)
     if report.warnings:
-        console.print(f"\n[yellow]{len(report.warnings)} warning(s)[/yellow]")
+        console.print(f"\n[yellow]{counted(len(report.warnings), 'warning')}[/yellow]")
         for warning in report.warnings[:20]:
             console.print(f"  [yellow]-[/yellow] {escape(warning)}")
 
@@ -102,5 +103,5 @@ def render_plain(report: AuditReport, verbose: bool = True) -> str:
             if check.request:
                 lines.append(f"      run: {_t(check.request)}")
     if report.warnings:
-        lines += ["", f"{len(report.warnings)} warning(s):"] + [f"  - {_t(w)}" for w in report.warnings[:50]]
+        lines += ["", f"{counted(len(report.warnings), 'warning')}:"] + [f"  - {_t(w)}" for w in report.warnings[:50]]
     return "\n".join(lines) + "\n"

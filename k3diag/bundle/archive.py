@@ -29,6 +29,7 @@ from k3diag.bundle.common import (
 )
 from k3diag.bundle.detect import compression_of, decompressor, is_tar_header
 from k3diag.evidence import InputError, open_input
+from k3diag.model.words import counted
 
 
 class _CountingReader(io.RawIOBase):
@@ -176,8 +177,8 @@ def _read_tar_stream(stream: BinaryIO, display: str, limits: BundleLimits, warni
             total += len(data)
             members.append(Member(name=name, data=data))
     if replaced:
-        warnings.append(f"{display}: {replaced} member name(s) held bytes that are not UTF-8; they are shown with "
-                        "\ufffd in their place")
+        warnings.append(f"{display}: {counted(replaced, 'member name')} held bytes that are not UTF-8; "
+                        + ("it is shown with \ufffd in its place" if replaced == 1 else "they are shown with \ufffd in their place"))
     return members
 
 

@@ -16,6 +16,7 @@ from k3diag.bundle.common import (
     read_limited,
     safe_str,
 )
+from k3diag.model.words import counted
 
 
 def read_folder(root: Path, display: str, limits: BundleLimits, warnings: list[str]) -> list[Member]:
@@ -66,8 +67,8 @@ def read_folder(root: Path, display: str, limits: BundleLimits, warnings: list[s
 
     walk(root, "", 0)
     if replaced:
-        warnings.append(f"{display}: {replaced} file name(s) held bytes that are not UTF-8; they are shown with "
-                        "\ufffd in their place")
+        warnings.append(f"{display}: {counted(replaced, 'file name')} held bytes that are not UTF-8; "
+                        + ("it is shown with \ufffd in its place" if replaced == 1 else "they are shown with \ufffd in their place"))
     return members
 
 

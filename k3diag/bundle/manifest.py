@@ -29,6 +29,7 @@ from k3diag.bundle.common import (
     safe_str,
 )
 from k3diag.evidence import Evidence
+from k3diag.model.words import counted
 
 _STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
@@ -65,8 +66,10 @@ def load_manifest(data: bytes, display: str, limits: BundleLimits) -> tuple[dict
     manifest = _safe_strings(loaded, replaced)
     warnings: list[str] = []
     if replaced[0]:
-        warnings.append(f"{display}: {replaced[0]} string(s) in manifest.json held invalid characters (lone "
-                        "surrogates); they are shown with \ufffd in their place")
+        one = replaced[0] == 1
+        warnings.append(f"{display}: {counted(replaced[0], 'string')} in manifest.json held invalid characters "
+                        f"(lone surrogates); {'it is' if one else 'they are'} shown with \ufffd in "
+                        f"{'its' if one else 'their'} place")
     schema = manifest.get("schema")
     if schema != SCHEMA:
         warnings.append(f"{display}: manifest schema is {_short(schema)!r}, not {SCHEMA!r}; read as far as it matches")
@@ -194,7 +197,8 @@ def assemble(path: Path, display: str, members: list[Member], limits: BundleLimi
     extras = [(name, data) for name, data in relative if name not in claimed and not _is_junk(name)]
     if extras and manifest:
         listed = ", ".join(name for name, _ in extras[:5]) + (" ..." if len(extras) > 5 else "")
-        warnings.append(f"{display}: {len(extras)} file(s) not listed in the manifest were read as plain evidence "
+        warnings.append(f"{display}: {counted(len(extras), 'file')} not listed in the manifest "
+                        f"{'was' if len(extras) == 1 else 'were'} read as plain evidence "
                         f"(added by hand?): {listed}")
     for name, data in extras:
         evidence.append(Evidence(name=f"{display}:{name}", data=data, kind="file",

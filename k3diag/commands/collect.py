@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from k3diag.model.words import counted
+
 DEFAULT_DEADLINE_S = 120.0
 
 
@@ -73,7 +75,7 @@ def register(app: typer.Typer) -> None:
             err.print(f"k3diag collect: {what}; every command it started was stopped and no bundle was written")
             raise typer.Exit(interrupted)
         failed = [item for item in evidence if item.error]
-        typer.echo(f"wrote {written}: {len(evidence)} evidence item(s), {gpu_count} GPU(s) seen")
+        typer.echo(f"wrote {written}: {counted(len(evidence), 'evidence item')}, {counted(gpu_count, 'GPU')} seen")
         for item in failed:
             err.print(f"  note: {safe_message(item.error)}")
         typer.echo(f"analyze it with: k3diag analyze {written}")

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from k3diag.commands._report import check_fail_on, check_json_indent, emit_report, parse_tp_sizes
+from k3diag.model.words import counted
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
             from k3diag.commands._inputs import load_machine_or_exit
 
             machine, _ = load_machine_or_exit(list(from_paths), "topo")
-            title = f"k3diag topo: saved evidence ({len(from_paths)} path(s))"
+            title = f"k3diag topo: saved evidence ({counted(len(from_paths), 'path')})"
         else:
             from k3diag.inputs import load_live_machine
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from k3diag.exit_codes import EXIT_UNKNOWN
+from k3diag.model.words import counted
 
 DEFAULT_DEADLINE_S = 30.0
 # Time kept back from the deadline for analysis and output once collection is done.
@@ -152,14 +153,14 @@ def _note_deadline_stops(machine: Any, deadline_s: float) -> str | None:
             stopped = command.group(1)
     if stopped is None and not skipped:
         return None
-    what = f"`{stopped}` was stopped" if stopped else "commands were skipped"
-    more = f" and {skipped} more command(s) were not run" if stopped and skipped else (
-        f" ({skipped})" if not stopped else "")
+    was = "was" if skipped == 1 else "were"
+    what = f"`{stopped}` was stopped" if stopped else f"{counted(skipped, 'command')} {was} skipped"
+    more = f" and {counted(skipped, 'more command')} {was} not run" if stopped and skipped else ""
     machine.note("check", f"k3diag check reached its {deadline_s:g} s deadline: {what}{more}; a GPU that fell off "
                           "the bus or a hung driver makes such commands hang: check `dmesg | grep -i xid` and run "
                           "`k3diag collect -o node.tar.gz --timeout 60` to see which one")
     return (f"stopped at the {deadline_s:g} s deadline while running `{stopped}`" if stopped
-            else f"stopped at the {deadline_s:g} s deadline: {skipped} command(s) not run")
+            else f"stopped at the {deadline_s:g} s deadline: {counted(skipped, 'command')} not run")
 
 
 def _child(request: CheckRequest, conn: Any, started: float) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from html import escape
 
+from k3diag.model.words import counted
+
 _COLOURS = {"fail": "#c62828", "warn": "#ef9f00", "unknown": "#8c8c8c", "ok": "#2e7d32"}
 # Outliers shown side by side in one table; more make further tables below it.
 COLUMNS_PER_TABLE = 8
@@ -84,8 +86,8 @@ def render_html(report: dict) -> str:
     legend = "".join(f'<span><i style="background:{colour}"></i>{state}</span>' for state, colour in _COLOURS.items())
     body = [
         "<h1>k3diag fleet summary</h1>",
-        f'<p class="totals">{totals["nodes"]} node(s) in {totals["groups"]} group(s): {_e(states or "none readable")}; '
-        f'{totals["outliers"]} outlier(s).</p>',
+        f'<p class="totals">{counted(totals["nodes"], "node")} in {counted(totals["groups"], "group")}: '
+        f'{_e(states or "none readable")}; {counted(totals["outliers"], "outlier")}.</p>',
         f'<p><b>Drain ({report["drain"]["nodes"]}):</b> <code>{_e(report["drain"]["hosts"] or "none")}</code></p>',
     ]
     if report.get("outlier_hosts"):
@@ -98,7 +100,7 @@ def render_html(report: dict) -> str:
         body.append("</table>")
     for group in report["groups"]:
         body.append(f"<h2>{_e(group['label'])}</h2>")
-        body.append(f"<p>{group['nodes']} node(s): <code>{_e(group['hosts'])}</code></p>")
+        body.append(f"<p>{counted(group['nodes'], 'node')}: <code>{_e(group['hosts'])}</code></p>")
         for split in group["split"]:
             values = "; ".join(f"{_e(v['value'])} on {v['nodes']}" for v in split["values"])
             body.append(f"<p>No majority for <b>{_e(split['feature'])}</b>: {values}</p>")

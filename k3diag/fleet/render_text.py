@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from k3diag.fleet.shape import NOT_IN_EVIDENCE
+from k3diag.model.words import counted
 
 # Outliers listed in full per group on a terminal; the JSON and HTML outputs list every one.
 MAX_OUTLIERS_SHOWN = 50
@@ -15,9 +16,9 @@ def _states(states: dict) -> str:
 def render_text(report: dict) -> str:
     totals = report["totals"]
     lines = [
-        f"k3diag fleet: {totals['nodes']} node(s) in {totals['groups']} group(s): "
-        f"{_states(totals) or 'none readable'}; {totals['outliers']} outlier(s)"
-        + (f"; {totals['unreadable']} input(s) not read" if totals["unreadable"] else ""),
+        f"k3diag fleet: {counted(totals['nodes'], 'node')} in {counted(totals['groups'], 'group')}: "
+        f"{_states(totals) or 'none readable'}; {counted(totals['outliers'], 'outlier')}"
+        + (f"; {counted(totals['unreadable'], 'input')} not read" if totals["unreadable"] else ""),
     ]
     drain = report["drain"]
     lines.append(f"drain ({drain['nodes']}): {drain['hosts']}" if drain["nodes"] else "drain: no node fails")
@@ -27,10 +28,11 @@ def render_text(report: dict) -> str:
         lines.append("")
         lines.append("findings (nodes: hosts):")
         for entry in report["finding_counts"]:
-            lines.append(f"  {entry['severity'].upper():4} {entry['id']}: {entry['nodes']} node(s): {entry['hosts']}")
+            lines.append(f"  {entry['severity'].upper():4} {entry['id']}: {counted(entry['nodes'], 'node')}: {entry['hosts']}")
     for group in report["groups"]:
         lines.append("")
-        lines.append(f"group {group['label']}: {group['nodes']} node(s) ({_states(group['states'])}): {group['hosts']}")
+        lines.append(f"group {group['label']}: {counted(group['nodes'], 'node')} ({_states(group['states'])}): "
+                     f"{group['hosts']}")
         if group["nodes"] < 2:
             lines.append("  one node: nothing to compare it with")
         for split in group["split"]:
@@ -50,7 +52,7 @@ def render_text(report: dict) -> str:
                                  "give the bundle or `k3diag check --format json` output to see it")
         hidden = len(group["outliers"]) - MAX_OUTLIERS_SHOWN
         if hidden > 0:
-            lines.append(f"  and {hidden} more outlier(s): see --json or --html")
+            lines.append(f"  and {counted(hidden, 'more outlier')}: see --json or --html")
     if report["unreadable"]:
         lines.append("")
         lines.append("not read:")
@@ -70,8 +72,8 @@ def render_markdown(report: dict) -> str:
     out = [
         "# k3diag fleet summary",
         "",
-        f"{totals['nodes']} node(s) in {totals['groups']} group(s): {_states(totals) or 'none readable'}; "
-        f"{totals['outliers']} outlier(s).",
+        f"{counted(totals['nodes'], 'node')} in {counted(totals['groups'], 'group')}: "
+        f"{_states(totals) or 'none readable'}; {counted(totals['outliers'], 'outlier')}.",
         "",
         f"**Drain ({report['drain']['nodes']}):** `{report['drain']['hosts']}`" if report["drain"]["nodes"]
         else "**Drain:** no node fails.",
@@ -84,7 +86,7 @@ def render_markdown(report: dict) -> str:
         out += [f"| {e['severity']} | `{_md(e['id'])}` | {e['nodes']} | `{_md(e['hosts'])}` |" for e in report["finding_counts"]]
         out.append("")
     for group in report["groups"]:
-        out += [f"## {_md(group['label'])}", "", f"{group['nodes']} node(s) ({_states(group['states'])}): "
+        out += [f"## {_md(group['label'])}", "", f"{counted(group['nodes'], 'node')} ({_states(group['states'])}): "
                 f"`{_md(group['hosts'])}`", ""]
         if group["majority"]:
             out += ["| feature | majority | nodes |", "|---|---|---|"]

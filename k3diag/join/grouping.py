@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diag.model.identity import IdentityFact, InputIdentity
+from k3diag.model.words import counted
 
 # How strongly a shared key says "same machine": an exact unique key beats a host name, which beats
 # a consistent set of bus ids and models.
@@ -159,7 +160,7 @@ def matches_between(a: InputIdentity, b: InputIdentity) -> tuple[int, list[str]]
     shared_buses = _buses(a) & _buses(b)
     if shared_buses:
         score += _SHAPE
-        reasons.append(f"{len(shared_buses)} GPU bus id(s) in common")
+        reasons.append(f"{counted(len(shared_buses), 'GPU bus id')} in common")
     if a.gpu_names and b.gpu_names and _names_overlap(a, b):
         score += _SHAPE
         reasons.append(f"the same GPU model ({b.gpu_names[0].text})")
@@ -179,7 +180,7 @@ def describe(identity: InputIdentity) -> str:
     else:
         seen = max(identity.gpus_seen, len(identity.gpu_bus_ids) if len(identity.hostnames) <= 1 else 0)
         if seen:
-            parts.append(f"{seen} GPU(s) seen")
+            parts.append(f"{counted(seen, 'GPU')} seen")
     if identity.gpu_names:
         parts.append(_values(identity.gpu_names))
     if identity.gpu_bus_ids and not identity.gpu_names:

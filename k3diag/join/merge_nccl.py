@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.topology import Link
+from k3diag.model.words import counted
 
 
 NCCL_LOG_ORIGIN = "nccl-log"
@@ -192,9 +193,10 @@ def _xml_virtual_signs(result, machine: Machine) -> None:
     gpus = getattr(result, "gpus", []) or []
     hidden = [g for g in gpus if getattr(g, "hidden_link", False)]
     if hidden:
-        add_virtual_sign(machine, VM, f"link_width 0 for {len(hidden)} GPU(s) in NCCL's topology XML "
-                                      "(the hypervisor hides the PCIe link)", getattr(hidden[0], "link_source", None) or hidden[0].source)
+        add_virtual_sign(machine, VM, f"link_width 0 for {counted(len(hidden), 'GPU')} in NCCL's topology XML "
+                                      "(the hypervisor hides the PCIe link)",
+                         getattr(hidden[0], "link_source", None) or hidden[0].source)
     unknown = [g for g in gpus if getattr(g, "numa_unknown", False)]
     if unknown:
-        add_virtual_sign(machine, VM, f"numaid -1 above {len(unknown)} GPU(s) in NCCL's topology XML "
+        add_virtual_sign(machine, VM, f"numaid -1 above {counted(len(unknown), 'GPU')} in NCCL's topology XML "
                                       "(no NUMA placement is visible)", unknown[0].source)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from k3diag.model.words import counted
 from k3diag.parse.detect import detect, split_sections
 from k3diag.parse.lazy_re import lazy
 from k3diag.parse.registry import FormatSpec, parser_module
@@ -120,10 +121,13 @@ def read_document(text: str, name: str, command: str | None = None) -> DocumentR
         if total >= minimum:
             continue
         quoted.add(spec.name)
-        where = ", ".join(f"{first}-{last}" if last > first else str(first) for first, last in map(_content_lines, parts))
+        spans = [_content_lines(section) for section in parts]
+        where = ", ".join(f"{first}-{last}" if last > first else str(first) for first, last in spans)
+        one_line = len(spans) == 1 and spans[0][0] == spans[0][1]
         read.notes.append(
-            f"{name}: lines {where} of this Markdown document quote {total} {spec.name} line(s) in a code block: too "
-            f"few to be a run's log (a document needs {minimum} across its code blocks), so they were not judged; "
+            f"{name}: {'line' if one_line else 'lines'} {where} of this Markdown document quote {counted(total, spec.name + ' line')} in a code "
+            f"block: too few to be a run's log (a document needs {minimum} across its code blocks), so "
+            f"{'it was' if total == 1 else 'they were'} not judged; "
             "give the log itself as a file to have it read")
     read.sections = [(section, spec) for section, spec in found if spec.name not in quoted]
     # What the prose quotes is said when it is not what the code blocks hold: a document read for nothing

@@ -25,6 +25,7 @@ from k3diag.model.bench_records import NcclTestsBenchmark, NcclTestsDevice, Nccl
 from k3diag.model.source import SourceRef
 from k3diag.parse import nccl_log
 from k3diag.parse.nccl_log import TESTS_RANK_RE, bus_id_from_tests_header
+from k3diag.model.words import counted
 
 # A line that starts one test's output (the build cuts files holding several outputs here).
 START_RE = re.compile(
@@ -323,7 +324,7 @@ def parse(section, input_name: str) -> NcclTestsResult:
                 f"{'the ' + bench.op + ' test' if bench.op else 'nccl-tests'} aborted (line "
                 f"{bench.failure_source.line}): {bench.failure}"
                 + (f" on {', '.join(bench.failure_hosts)}" if bench.failure_hosts else "")
-                + (f"; the table stops after {len(bench.rows)} size(s), the last {last} bytes" if bench.rows
+                + (f"; the table stops after {counted(len(bench.rows), 'size')}, the last {last} bytes" if bench.rows
                    else "; no size finished")
             )
         sizes = [row.size_bytes for row in bench.rows]
@@ -336,7 +337,8 @@ def parse(section, input_name: str) -> NcclTestsResult:
         result.benchmarks.append(bench)
     if skipped_count:
         result.warnings.append(
-            f"{skipped_count} table line(s) could not be read (cut, wrapped or misaligned); first at line(s) "
+            f"1 table line could not be read (cut, wrapped or misaligned): line {skipped[0]}" if skipped_count == 1
+            else f"{skipped_count} table lines could not be read (cut, wrapped or misaligned); first at lines "
             + ", ".join(str(n) for n in skipped)
         )
     if nccl_lines:

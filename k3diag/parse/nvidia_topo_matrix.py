@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from k3diag.model.source import SourceRef
 from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import Section, normalize, unquote_reply  # noqa: F401  (unquote_reply: lspci's import)
+from k3diag.model.words import counted
 
 # A line that begins a `topo -m` (or `topo -p2p`, which prints the same header) output: the
 # header row, possibly glued to the command line that printed it.
@@ -333,7 +334,8 @@ def _assign_trailing(row: EndpointRow, values: list[str], result: TopoMatrixResu
                 result.warnings.append(f"line {line_no}: GPU NUMA ID {value!r} of {row.name} is not a number")
     if len(values) > len(labels):
         result.warnings.append(
-            f"line {line_no}: {len(values) - len(labels)} value(s) after the {row.name} row that no column names: "
+            f"line {line_no}: {counted(len(values) - len(labels), 'value')} after the {row.name} row that no column "
+            f"{'names' if len(values) - len(labels) == 1 else 'name'}: "
             f"{' '.join(values[len(labels):])[:60]!r}"
         )
 

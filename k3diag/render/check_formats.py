@@ -14,6 +14,7 @@ from pathlib import Path
 
 from k3diag import __version__
 from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
+from k3diag.model.words import counted
 
 FORMATS = ("text", "json", "nagios", "npd", "nhc", "prom")
 NPD_MAX_LINE = 79  # node-problem-detector's example config cuts plugin output at 80 characters
@@ -64,7 +65,7 @@ def _unread_inputs(report: dict) -> str | None:
     path, warning = str(unread[0].get("path")), str(unread[0]["warnings"][0])
     name = Path(path).name  # a bundle's sentences name it by its file name
     said = warning if warning.startswith((f"{path}: ", f"{path} ", f"{name}: ", f"{name} ")) else f"{path}: {warning}"
-    more = f" (and {len(unread) - 1} more input(s) not used)" if len(unread) > 1 else ""
+    more = f" (and {counted(len(unread) - 1, 'more input')} not used)" if len(unread) > 1 else ""
     return f"{_NOTHING_ANALYZED}: {said}{more}"
 
 
@@ -84,7 +85,7 @@ def unknown_reason(report: dict) -> str:
 
 
 def _tally(report: dict) -> str:
-    return f"{len(_findings(report, 'fail'))} failure(s), {len(_findings(report, 'warn'))} warning(s)"
+    return f"{counted(len(_findings(report, 'fail')), 'failure')}, {counted(len(_findings(report, 'warn')), 'warning')}"
 
 
 def headline(report: dict, code: int, short: bool = False) -> str:

@@ -56,13 +56,13 @@ def render_details(analysis: "Analysis", out: Out) -> None:
 def _host(machine: "Machine", out: Out) -> None:
     host = machine.host
     parts = []
-    for value, text in ((host.cpu_model, host.cpu_model), (host.packages, f"{len(host.packages or [])} CPU package(s)"),
+    for value, text in ((host.cpu_model, host.cpu_model), (host.packages, counted(len(host.packages or []), "CPU package")),
                         (host.logical_cpus, f"{host.logical_cpus} logical CPUs"),
                         (host.memory_total_bytes, f"{(host.memory_total_bytes or 0) / 2**30:.0f} GiB RAM")):
         if value:
             parts.append(str(text))
     if host.numa_nodes:
-        parts.append(f"{len(host.numa_nodes)} NUMA node(s) ("
+        parts.append(f"{counted(len(host.numa_nodes), 'NUMA node')} ("
                      + ", ".join(f"node{n.id}: cpus {n.cpus}" for n in host.numa_nodes) + ")")
     if parts:
         out.line("Host: " + "; ".join(parts), wrap=True, hang=4)
@@ -187,7 +187,7 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
         counts = run.transport_counts()
         what = f"{run.library or 'NCCL'} {run.version}" if run.version else f"{run.library or 'NCCL'} (version not in the log)"
         ranks = f"{run.nranks} ranks" if run.nranks else "rank count not in the log"
-        nodes = f" on {run.nodes} node(s)" if run.nodes else ""
+        nodes = f" on {counted(run.nodes, 'node')}" if run.nodes else ""
         hosts = f" ({', '.join(run.hosts[:6])}{' ...' if len(run.hosts) > 6 else ''})" if run.hosts else ""
         head = (f"{what}: {ranks}{nodes}{hosts}; connections P2P {counts.get('P2P', 0)}, SHM {counts.get('SHM', 0)}, "
                 f"NET {counts.get('NET', 0)}")
@@ -236,7 +236,7 @@ def benchmarks(machine: "Machine", out: Out) -> None:
         tool = data.get("tool") or "benchmark"
         if tool == "nccl-tests":
             op = data.get("op") or "collective"
-            ranks = f"{data.get('nranks')} GPU(s)" if data.get("nranks") else "rank count not printed"
+            ranks = counted(data["nranks"], "GPU") if data.get("nranks") else "rank count not printed"
             out.line(f"nccl-tests {op} on {ranks}: max busbw {fmt(data.get('max_busbw'), ' GB/s')}, avg busbw "
                      f"{fmt(data.get('avg_busbw'), ' GB/s')}, out-of-bounds {fmt(data.get('out_of_bounds'))}")
         else:
@@ -271,7 +271,8 @@ def _finding(finding: "Finding", by_key: dict, out: Out, depth: int, seen: set[s
     for ref in finding.evidence[:MAX_EVIDENCE_LINES]:
         out.line(f"> {ref.cite()}", "dim", indent=indent + 4, wrap=True, hang=2)
     if len(finding.evidence) > MAX_EVIDENCE_LINES:
-        out.line(f"> ... {len(finding.evidence) - MAX_EVIDENCE_LINES} more line(s) in --json", "dim", indent=indent + 4)
+        out.line(f"> ... {counted(len(finding.evidence) - MAX_EVIDENCE_LINES, 'more line')} in --json", "dim",
+                 indent=indent + 4)
     if finding.confirm_with:
         out.line(f"To confirm: {finding.confirm_with}", indent=indent + 4, wrap=True, hang=4)
     if finding.remedy:
@@ -322,7 +323,7 @@ def inputs(machine: "Machine", out: Out) -> None:
             for warning in record.warnings[:5]:
                 out.line(f"! {warning}", "yellow", indent=4, wrap=True, hang=2)
             if len(record.warnings) > 5:
-                out.line(f"! ... {len(record.warnings) - 5} more warning(s) in --json", "yellow", indent=4)
+                out.line(f"! ... {counted(len(record.warnings) - 5, 'more warning')} in --json", "yellow", indent=4)
     notes = [n for n in machine.notes if not any(n.message in r.warnings for r in machine.inputs)]
     if notes:
         out.line("Notes:", "bold")

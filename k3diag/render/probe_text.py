@@ -12,6 +12,7 @@ from k3diag.analyze.rules.probe import PINNED_EFFICIENCY, raw_link_gbps
 from k3diag.model.machine import Machine
 from k3diag.model.probe_records import ProbeBenchmark
 from k3diag.render.escape import escape_terminal
+from k3diag.model.words import counted
 
 
 def _gbps(value: float | None) -> str:
@@ -24,7 +25,7 @@ def _check(value: bool | None) -> str:
 
 def render_probe(bench: ProbeBenchmark, machine: Machine, findings: list[Finding]) -> list[str]:
     lines = [
-        f"k3diag probe: {len(bench.gpus)} GPU(s) through {bench.library or 'the driver library'}"
+        f"k3diag probe: {counted(len(bench.gpus), 'GPU')} through {bench.library or 'the driver library'}"
         + (f" (driver {bench.driver_version})" if bench.driver_version else "")
         + f", {(bench.size_bytes or 0) // (1024 * 1024)} MiB buffers, best of {bench.repeats or 0}",
         "",

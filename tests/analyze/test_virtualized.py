@@ -38,7 +38,7 @@ def test_azure_topology_xml_is_recognized_as_a_vm() -> None:
     found = _findings([_file(FIXTURES / "nccl" / "nccl-topo-azure-ncv4-4xa100-nvlink-pairs.xml")])
     finding = found["topology-virtualized"]
     assert finding.severity == "info" and finding.data["kind"] == "vm"
-    assert "link_width 0 for 4 GPU(s)" in finding.explanation
+    assert "link_width 0 for 4 GPUs" in finding.explanation
     assert "every GPU sits straight on a root bus (GPU0 at 0001:00:00.0)" in finding.explanation
     assert finding.confirm_with.startswith("cat /sys/class/dmi/id/sys_vendor")
     assert any('link_width="0"' in ref.text for ref in finding.evidence)

@@ -95,7 +95,7 @@ def test_mixed_bundle_says_so_at_the_top() -> None:
                                "host (host-2); it is the machine with a GPU inventory")
     assert lines[2].startswith("FAIL: ")  # the verdict comes right after, for machine 1 alone
     full = _run(str(BAD)).stdout
-    assert "  machine 3 (set aside): host 2080ti-R01, 8 GPU(s) seen, NVIDIA GeForce RTX 2080 Ti" in full
+    assert "  machine 3 (set aside): host 2080ti-R01, 8 GPUs seen, NVIDIA GeForce RTX 2080 Ti" in full
     assert ("    bad-8x-pcie-dual-socket:evidence/lspci-vvv.txt: it names no host or GPU, so nothing ties it to one "
             "of the 3 machines") in full
     assert full.index("machine 4 (set aside)") < full.index(" 1. [FAIL]")
@@ -236,7 +236,7 @@ def test_expected_nic_count_contradicted_fails_in_both_places(tmp_path: Path) ->
     assert (check["item"], check["verdict"], check["actual"]) == ("nic.count", "FAIL", shown)
     nic = _nic_answer(data)
     assert nic["verdict"] == "FAIL"
-    assert nic["summary"].startswith(f"The purchase spec expects 4 NIC(s), but the evidence shows {shown}. ")
+    assert nic["summary"].startswith(f"The purchase spec expects 4 NICs, but the evidence shows {shown}. ")
     assert result.exit_code == 2
     text = _run(str(bundle), "--expect", str(spec)).stdout
     assert f"  [FAIL] nic.count: expected 4; delivered {shown}" in text
@@ -246,7 +246,7 @@ def test_expected_nic_count_contradicted_fails_in_both_places(tmp_path: Path) ->
     assert data["spec"]["checks"][0]["verdict"] == "PASS"
     nic = _nic_answer(data)
     assert nic["verdict"] != "FAIL"
-    assert nic["details"][0] == f"the purchase spec expects 2 NIC(s): {shown}, as expected"
+    assert nic["details"][0] == f"the purchase spec expects 2 NICs: {shown}, as expected"
 
 
 def test_expected_nic_count_beyond_what_nccl_named_is_unknown_in_both_places(tmp_path: Path) -> None:
@@ -260,5 +260,5 @@ def test_expected_nic_count_beyond_what_nccl_named_is_unknown_in_both_places(tmp
     assert (check["verdict"], check["actual"], check["request"]) == ("UNKNOWN", shown, "nvidia-smi topo -m ; ibv_devinfo")
     assert "via NET/IB/2/GDRDMA" in check["evidence"][0]["text"]
     nic = _nic_answer(data)
-    assert nic["summary"].startswith(f"The purchase spec expects 16 NIC(s); the evidence shows {shown}, which does "
+    assert nic["summary"].startswith(f"The purchase spec expects 16 NICs; the evidence shows {shown}, which does "
                                      "not settle the count (run: nvidia-smi topo -m ; ibv_devinfo). ")

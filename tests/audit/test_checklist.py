@@ -161,7 +161,7 @@ def test_wrong_values_in_nccl_tests_fail(kit) -> None:
     machine.benchmarks.append(kit.nccl_tests(2, 360.0, wrong=3))
     _, answers = _audit(machine)
     assert answers["nccl-allreduce"].verdict == FAIL
-    assert "3 wrong value(s): data corruption" in answers["nccl-allreduce"].summary
+    assert "3 wrong values: data corruption" in answers["nccl-allreduce"].summary
 
 
 def test_only_single_gpu_nccl_run_is_unknown(kit) -> None:
@@ -195,7 +195,7 @@ def test_gpu_nic_paths_without_runtime_proof_warn(kit) -> None:
     kit.add_nics(machine, lambda i, k: "PIX" if i == k else "SYS")
     _, answers = _audit(machine)
     gdr = answers["gpudirect-rdma"]
-    assert gdr.verdict == WARN and gdr.summary.startswith("Probably: 2 GPU(s) share a PCIe switch with a NIC")
+    assert gdr.verdict == WARN and gdr.summary.startswith("Probably: 2 GPUs share a PCIe switch with a NIC")
     assert "nvidia_peermem" in gdr.request
 
 

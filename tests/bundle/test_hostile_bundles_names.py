@@ -47,7 +47,7 @@ def test_undecodable_member_names_and_surrogates_in_the_manifest_are_replaced_an
     result = read_bundle(bundle)
     assert result.manifest["host"] == {"hostname": "gpu\ufffd07"}
     assert [e.name for e in result.evidence] == ["names.tar.gz:evidence/topo-\ufffd\ufffd.txt"]
-    assert ("names.tar.gz: 2 string(s) in manifest.json held invalid characters (lone surrogates); they are shown "
+    assert ("names.tar.gz: 2 strings in manifest.json held invalid characters (lone surrogates); they are shown "
             "with \ufffd in their place") in result.warnings
     html, md = tmp_path / "r.html", tmp_path / "r.md"
     done = runner.invoke(app, ["audit", str(bundle), "--html", str(html), "--md", str(md), "--json"])

@@ -4,6 +4,7 @@ live and offline take the same path, so both reports must tell the same story.""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import stat
 import tarfile
@@ -48,6 +49,9 @@ def test_collect_then_analyze_tells_the_same_story(tmp_path: Path, fake_host: Pa
     collected = runner.invoke(app, ["collect", "-o", str(bundle), "--root", str(fake_host)])
     assert collected.exit_code == 0, collected.output
     assert f"wrote {bundle}" in collected.output
+    # counted in words, not 'evidence item(s), 4 GPU(s) seen'
+    assert re.search(rf"wrote {re.escape(str(bundle))}: \d+ evidence items, 4 GPUs seen", collected.output), (
+        collected.output)
     with tarfile.open(bundle) as archive:
         manifest_member = next(name for name in archive.getnames() if name.endswith("manifest.json"))
         manifest = json.load(archive.extractfile(manifest_member))

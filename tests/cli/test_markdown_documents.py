@@ -45,7 +45,7 @@ def test_three_nccl_lines_quoted_in_a_readme_code_block_are_not_judged() -> None
     assert record["format"] == "unknown"
     assert record["warnings"][0].endswith(
         "markdown-notes-quotes-3-nccl-lines-socket.md: lines 100-102 of this Markdown document quote 3 nccl-log "
-        "line(s) in a code block: too few to be a run's log (a document needs 10 across its code blocks), so they "
+        "lines in a code block: too few to be a run's log (a document needs 10 across its code blocks), so they "
         "were not judged; give the log itself as a file to have it read")
 
 

@@ -179,7 +179,7 @@ def test_nul_padding_is_dropped_and_counted_not_taken_for_binary(tmp_path: Path)
     code, report = _analyze_json([path])
     record = report["inputs"][0]
     assert record["format"] == "nvidia-smi-topo-matrix"
-    assert (f"4608 NUL byte(s) in {path} were dropped (padding from a crash or a serial console?); the text around "
+    assert (f"4608 NUL bytes in {path} were dropped (padding from a crash or a serial console?); the text around "
             "them was read") in record["warnings"]
     assert len(report["topology"]["gpus"]) == 8
 
@@ -216,7 +216,7 @@ def test_topo_followed_by_a_huge_line_stays_bounded(tmp_path: Path) -> None:
     outcome = json.loads(done.stdout)
     assert outcome["gpus"] == 8
     assert outcome["rss_kib"] < 400 * 1024, outcome["rss_kib"]  # the cut, not the file, sets the memory
-    assert any("were longer than 1 MiB; only the first 1 MiB of each were read" in w for w in outcome["warnings"])
+    assert any("were longer than 1 MiB; only the first 1 MiB of each was read" in w for w in outcome["warnings"])
     assert any("only the first 64 MiB" in w for w in outcome["warnings"])
 
 
@@ -233,8 +233,8 @@ def test_deep_folders_are_read_to_16_levels_and_the_rest_is_named(tmp_path: Path
     _assert_topo(report, str(shallow))
     skipped = root.joinpath(*[f"d{level}" for level in range(17)])
     warnings = [w for i in report["inputs"] for w in i["warnings"]]
-    assert (f"1 folder(s) in {root} nest deeper than 16 levels and were not read: {skipped}; give them as paths "
-            "of their own") in warnings
+    assert (f"1 folder in {root} nests deeper than 16 levels and was not read: {skipped}; give it as a path "
+            "of its own") in warnings
 
 
 def test_an_empty_folder_is_named_as_empty(tmp_path: Path, k3diag: list[str]) -> None:

@@ -34,5 +34,5 @@ def test_nic_answer_lists_ports_and_leaves_out_management_ports() -> None:
     machine.nics["mlx5_1"].management_port = True
     answer = answer_multi_node_network(_ctx(machine))
     assert answer.data["management_ports"] == ["mlx5_1"] and "mlx5_1" not in answer.data["nics"]
-    assert answer.verdict == WARN and "port(s) are down (mlx5_10:1)" in answer.summary
+    assert answer.verdict == WARN and "1 port is down (mlx5_10:1)" in answer.summary
     assert any(d.startswith("mlx5_0: port 1 active 200 Gb/s Ethernet") for d in answer.details)

@@ -18,7 +18,7 @@ def test_port_down_while_peers_are_active() -> None:
     [down] = _by_id(findings, "ib-port-down")
     # A CX-6 Dx port disabled next to active CX-7 ports: a spare, so a warning, not a lost rail.
     assert down.subjects == ["mlx5_10:1"] and down.severity == "warn"
-    assert down.title == "RDMA port mlx5_10:1 is down (Disabled) while 2 other port(s) are active"
+    assert down.title == "RDMA port mlx5_10:1 is down (Disabled) while 2 other ports are active"
     assert down.evidence[0].text.strip() == "State: Down"
     assert not _by_id(findings, "ib-port-rate-below-peers")  # both active ports run at 200
 
@@ -109,7 +109,7 @@ def test_management_ports_are_not_counted_as_nics() -> None:
     nic.management_source = SourceRef("sysfs-snapshot.json", None, "/sys/class/infiniband/mlx5_3/device/vpd: SW_MNG")
     findings = run_rules(machine)
     [mgmt] = _by_id(findings, "nic-management-port")
-    assert mgmt.severity == "info" and "3 network NIC(s) remain" in mgmt.explanation
+    assert mgmt.severity == "info" and "3 network NICs remain" in mgmt.explanation
     report = gdr_report(machine)
     assert "NIC3" not in {p.nic for p in report.pairs}
     # GPU3's only close NIC was the management port: it now has no NIC in reach.

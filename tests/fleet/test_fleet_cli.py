@@ -22,14 +22,14 @@ def test_terminal_names_the_outliers_what_differs_and_the_drain_list(fleet_dir: 
     result = fleet(str(fleet_dir))
     assert result.exit_code == 2, result.output
     out = result.stdout
-    assert out.splitlines()[0] == "k3diag fleet: 7 node(s) in 2 group(s): 2 fail, 5 ok; 2 outlier(s)"
+    assert out.splitlines()[0] == "k3diag fleet: 7 nodes in 2 groups: 2 fail, 5 ok; 2 outliers"
     assert "drain (2): gpu004,l40s-01" in out
     assert "outliers: gpu[004,006]" in out
-    assert "group 8x NVIDIA H100 80GB HBM3, 0 NICs: 6 node(s) (1 fail, 5 ok): gpu[001-006]" in out
+    assert "group 8x NVIDIA H100 80GB HBM3, 0 NICs: 6 nodes (1 fail, 5 ok): gpu[001-006]" in out
     assert "GPU3 PCIe width: x8 of x16 (majority x16 of x16 on 5 of 6)" in out
     assert "evidence: gpu004:evidence/nvml-readings.json: GPU3 nvmlDeviceGetCurrPcieLinkGeneration=5" in out
     assert "driver version: 550.54.15 (majority 535.129.03 on 5 of 6)" in out
-    assert "FAIL pcie-width-below-max: 2 node(s): gpu004,l40s-01" in out
+    assert "FAIL pcie-width-below-max: 2 nodes: gpu004,l40s-01" in out
     assert "one node: nothing to compare it with" in out
     assert "None" not in out
 

@@ -75,7 +75,7 @@ def test_npd_monitor_config_points_at_the_shipped_plugin_within_its_limits() -> 
 
 @pytest.mark.parametrize("bundle, code, first", [
     (BAD, 1, "FAIL pcie-width-below-max GPU2: GPU2 link runs at x8 of x16"),
-    (GOOD, 0, "OK no failure or warning (0 failure(s), 0 warning(s))"),
+    (GOOD, 0, "OK no failure or warning (0 failures, 0 warnings)"),
 ])
 def test_the_npd_plugin_script_speaks_the_plugin_protocol(tmp_path: Path, bundle: Path, code: int, first: str) -> None:
     script = tmp_path / "k3diag-plugin.sh"

@@ -253,5 +253,5 @@ def test_the_rack_recipe_collects_one_bundle_per_node_and_summarizes(cluster: Cl
     bundles = sorted(p.name for p in out.glob("*.tar.gz"))
     assert bundles == [f"{socket.gethostname().split('.')[0]}.tar.gz"], job_output
     summary = (out / "fleet.md").read_text()
-    assert "1 node(s) in 1 group(s)" in summary
+    assert "1 node in 1 group" in summary
     assert (out / "fleet.html").read_text().count('class="node') == 1

@@ -82,7 +82,7 @@ def test_mpirun_prefixes_slurm_labels_and_mid_line_tags():
     row = bench.rows[0]
     assert (row.size_bytes, row.out_of_place.time_us, row.in_place.busbw) == (1048576, 1626.5, 0.87)
     # the first line is the tail of a row that started above the excerpt
-    assert "line(s) 1" in result.warnings[0]
+    assert "line 1" in result.warnings[0]
 
 
 def test_new_header_version_and_bdf_devices():

@@ -46,7 +46,7 @@ def test_failure_after_rows_keeps_the_rows_and_names_every_host() -> None:
     # the ` .. host pid N: Test failure common.cu:915` stack lines are no unreadable table lines
     assert not any("could not be read" in w for w in result.warnings)
     (finding,) = _aborted(AFTER_ROWS)
-    assert "after 5 message size(s), the largest 17179869184 bytes: its numbers cover only what ran" in finding.explanation
+    assert "after 5 message sizes, the largest 17179869184 bytes: its numbers cover only what ran" in finding.explanation
 
 
 def test_failure_wordings_of_other_builds() -> None:

@@ -46,7 +46,7 @@ def test_fake_h200_pair_prints_measurements_and_passes() -> None:
     done = _k3diag("--size-mib", "4", library="cuda_h200_pair")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "k3diag probe: 2 GPU(s) through nvidia-fake (driver 12.4), 4 MiB buffers, best of 3"
+    assert lines[0] == "k3diag probe: 2 GPUs through nvidia-fake (driver 12.4), 4 MiB buffers, best of 3"
     gpu0 = next(line for line in lines if line.startswith("    0  NVIDIA H200"))
     assert "0000:18:00.0" in gpu0 and "53.0" in gpu0 and "54.5" in gpu0 and gpu0.endswith("intact")
     pair = next(line for line in lines if line.startswith("   0 -> 1"))

@@ -131,7 +131,7 @@ def test_hip_bindings_measure_the_same() -> None:
 def test_selected_gpus_out_of_range_are_named() -> None:
     doc = _probe(CudaDriverApi(FakeCudaLibrary(h200_pair())), devices=[1, 5])
     assert [g["index"] for g in doc["gpus"]] == [1]
-    assert doc["skipped"][0] == {"what": "GPU5", "reason": "the driver lists only 2 GPU(s)"}
+    assert doc["skipped"][0] == {"what": "GPU5", "reason": "the driver lists only 2 GPUs"}
 
 
 def test_no_driver_library_on_this_host_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:

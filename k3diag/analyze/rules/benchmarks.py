@@ -71,7 +71,7 @@ def check_data_errors(machine: Machine, earlier: list[Finding]) -> Iterable[Find
             id="nccl-tests-data-errors",
             severity="fail",
             subjects=[_subject(bench)],
-            title=f"nccl-tests {bench.op or ''} returned wrong data ({max(total, oob)} wrong value(s))".replace("  ", " "),
+            title=f"nccl-tests {bench.op or ''} returned wrong data ({counted(max(total, oob), 'wrong value')})".replace("  ", " "),
             explanation=(
                 f"The test checks every result; {('rows of sizes ' + sizes + ' report #wrong > 0') if bad_rows else ''}"
                 f"{'; ' if bad_rows and oob else ''}{('the footer counts ' + str(oob) + ' out-of-bounds values') if oob else ''}. "
@@ -96,7 +96,7 @@ def check_aborted(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]
         if not bench.failure:
             continue
         where = f" on {', '.join(bench.failure_hosts[:4])}" if bench.failure_hosts else ""
-        done = (f"after {len(bench.rows)} message size(s), the largest {bench.rows[-1].size_bytes} bytes: its numbers "
+        done = (f"after {counted(len(bench.rows), 'message size')}, the largest {bench.rows[-1].size_bytes} bytes: its numbers "
                 "cover only what ran" if bench.rows else "before any message size finished: it measured nothing")
         nccl_said = [f for f in earlier if f.id == "nccl-warnings"]
         yield Finding(

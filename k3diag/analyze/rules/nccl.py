@@ -299,7 +299,8 @@ def check_env_disables_transport(machine: Machine, earlier: list[Finding]) -> It
             used = run.transport_counts()
             seen_effect = ""
             if name in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL") and used.get("P2P", 0) == 0 and used.get("SHM", 0):
-                seen_effect = f" The log confirms it: {used['SHM']} connection line(s) use SHM and none P2P."
+                seen_effect = (f" The log confirms it: {counted(used['SHM'], 'connection line')} "
+                               f"{'uses' if used['SHM'] == 1 else 'use'} SHM and none P2P.")
             seen.add(name)
             yield Finding(
                 id="nccl-env-disables-transport",
@@ -467,7 +468,7 @@ def check_gdrdma_not_used(machine: Machine, earlier: list[Finding]) -> Iterable[
             subjects=[_subject_run(run)],
             title="InfiniBand/RoCE traffic is staged through host memory (no GDRDMA) although a NIC is near the GPUs",
             explanation=(
-                f"{len(ib)} NET/IB connection(s) of {_run_label(run)} lack `/GDRDMA`: every transfer is copied GPU -> "
+                f"{counted(len(ib), 'NET/IB connection')} of {_run_label(run)} {'lacks' if len(ib) == 1 else 'lack'} `/GDRDMA`: every transfer is copied GPU -> "
                 "host memory -> NIC. " + "; ".join(reasons) + ". With the NIC behind the same PCIe switch as the "
                 "GPU, GPUDirect RDMA avoids the host round trip and typically doubles inter-node bandwidth."
             ),
@@ -504,7 +505,8 @@ def check_warnings(machine: Machine, earlier: list[Finding]) -> Iterable[Finding
             id="nccl-warnings",
             severity="warn",
             subjects=[_subject_run(run)],
-            title=f"NCCL printed {len(messages)} distinct warning(s)" + (f" and {len(errors)} error trace(s)" if errors else ""),
+            title=f"NCCL printed {counted(len(messages), 'distinct warning')}"
+            + (f" and {counted(len(errors), 'error trace')}" if errors else ""),
             explanation=(
                 f"{_run_label(run)}: {listing}{more}. NCCL WARN lines mark conditions NCCL could work around only "
                 "partly (or not at all); error traces (`file.cc:line -> code`) show where an init or transfer failed."

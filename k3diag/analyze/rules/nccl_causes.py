@@ -1,5 +1,5 @@
 """Root causes an NCCL/RCCL log prints verbatim, each a finding with its remedy instead of one line in
-"NCCL printed N warning(s)": a container's /dev/shm too small, SHM segments that cannot be attached,
+"NCCL printed N warnings": a container's /dev/shm too small, SHM segments that cannot be attached,
 NVLS asked for but set up on no channel, an unhealthy multi-node NVLink fabric.
 
 `CLAIMED` lists the message texts these rules (and the AMD IOMMU rule) explain, so `nccl-warnings`
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
+from k3diag.model.words import counted
 
 if TYPE_CHECKING:  # annotations only: a machine without an NCCL log does not load its records
     from k3diag.model.nccl import NcclMessage, NcclRun
@@ -80,7 +81,7 @@ def check_shm_no_space(machine: Machine, earlier: list[Finding]) -> Iterable[Fin
         subjects=["/dev/shm"],
         title="NCCL could not create its shared-memory segments in /dev/shm" + (" (no space left)" if full else ""),
         explanation=(
-            f"NCCL failed to create or extend its /dev/shm segments {count} time(s)"
+            f"NCCL failed to create or extend its /dev/shm segments {'once' if count == 1 else f'{count} times'}"
             + (": the file system is full" if full else "")
             + ". NCCL's SHM transport and its proxy buffers live in /dev/shm; when it is too small, communicator "
             "init fails with `unhandled system error` and the job dies before the first collective. A container "
@@ -112,7 +113,8 @@ def check_shm_attach_failed(machine: Machine, earlier: list[Finding]) -> Iterabl
         subjects=["/dev/shm"],
         title="NCCL ranks could not attach to each other's shared-memory segments",
         explanation=(
-            f"{count} time(s) a rank could not open a /dev/shm segment another rank of the same node had created. "
+            f"{'Once' if count == 1 else f'{count} times'} a rank could not open a /dev/shm segment another rank "
+            "of the same node had created. "
             "The ranks then do not share one /dev/shm: they run in different containers or IPC namespaces, "
             "systemd removed the segment (`RemoveIPC=yes` when a user's last session ends), or a cleaner emptied "
             "/dev/shm while the job started. Init fails or the pair falls back to a slower transport."

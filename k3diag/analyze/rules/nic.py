@@ -15,6 +15,7 @@ from k3diag.analyze.finding import Finding, Rule
 from k3diag.analyze.gdr import gdr_report
 from k3diag.model.fabric import IbPort
 from k3diag.model.machine import Machine
+from k3diag.model.words import counted
 
 _PORT_CONFIRM = "ibstat; ibv_devinfo; cat /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}"
 
@@ -39,7 +40,7 @@ def check_management_ports(machine: Machine, earlier: list[Finding]) -> Iterable
         explanation=(f"The Vital Product Data of {names} says `SW_MNG`: on HGX B200-class boards these ConnectX "
                      "functions connect the host to the NVSwitch trays for Fabric Manager and NVLSM. They carry no "
                      f"network traffic and are left out of NIC counts, GPU-NIC pairing and GPUDirect RDMA "
-                     f"({len(network)} network NIC(s) remain). Do not pass them through to a VM or bind them to "
+                     f"({counted(len(network), 'network NIC')} {'remains' if len(network) == 1 else 'remain'}). Do not pass them through to a VM or bind them to "
                      "vfio-pci: Fabric Manager needs them."),
         evidence=[nic.management_source for nic in ports if nic.management_source is not None][:4],
         confirm_with="for d in /sys/class/infiniband/*; do echo $d; grep -a -o SW_MNG $d/device/vpd; done",
@@ -66,7 +67,7 @@ def check_port_down(machine: Machine, earlier: list[Finding]) -> Iterable[Findin
             subjects=[port.key],
             title=f"RDMA port {port.key} is down"
                   + (f" ({port.physical_state})" if port.physical_state else "")
-                  + (f" while {len(peers)} other port(s) are active" if peers else ""),
+                  + (f" while {counted(len(peers), 'other port')} {'is' if len(peers) == 1 else 'are'} active" if peers else ""),
             explanation=(
                 f"{port.device} port {port.port} reports state Down"
                 + (f", physical state {port.physical_state}" if port.physical_state else "")

@@ -27,6 +27,7 @@ from k3diag.model.machine import Machine
 from k3diag.model.pci import PciDevice, format_speed, gen_from_speed, link_gbs
 from k3diag.model.pcie_tree import Hop, PcieTree, build_tree, gpu_endpoints, nic_endpoints
 from k3diag.model.topology import PCIE_PATH_ORDER, nvlink_count
+from k3diag.model.words import counted
 
 LOAD_RECHECK = ("nvidia-smi --query-gpu=index,pstate,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current "
                 "--format=csv -l 1   # while a job runs; or: sudo lspci -vv -s <bdf> | grep LnkSta")
@@ -179,7 +180,8 @@ def _other_narrow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> 
         id="pcie-link-width-limited-by-hop",
         severity="warn" if important else "info",
         subjects=["pci"],
-        title=f"{len(hits)} PCIe link(s) run narrower than their device can: " + ", ".join(names[:6])
+        title=f"{counted(len(hits), 'PCIe link')} {'runs' if len(hits) == 1 else 'run'} narrower than "
+              f"{'its device' if len(hits) == 1 else 'their device'} can: " + ", ".join(names[:6])
         + (" ..." if len(names) > 6 else ""),
         explanation=" ".join(
             f"{device_name(d)}: x{d.link.sta_width} of x{d.link.cap_width if d.link.cap_width else '?'}"  # type: ignore[union-attr]
@@ -297,7 +299,8 @@ def _other_slow_links(machine: Machine, tree: PcieTree, covered: set[str]) -> Fi
         id="pcie-link-speed-below-capability",
         severity="info",
         subjects=["pci"],
-        title=f"{len(hits)} PCIe link(s) run below their device's top speed: " + ", ".join(device_name(d) for d in hits[:6])
+        title=f"{counted(len(hits), 'PCIe link')} {'runs' if len(hits) == 1 else 'run'} below "
+              f"{'its' if len(hits) == 1 else 'their'} device's top speed: " + ", ".join(device_name(d) for d in hits[:6])
         + (" ..." if len(hits) > 6 else ""),
         explanation=" ".join(
             f"{device_name(d)}: {format_speed(d.link.sta_speed_gts)} of {format_speed(d.link.cap_speed_gts)}."  # type: ignore[union-attr]

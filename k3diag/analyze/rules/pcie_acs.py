@@ -21,6 +21,7 @@ from k3diag.model.machine import Machine
 from k3diag.model.pci import PORT_ROOT
 from k3diag.model.pcie_tree import PcieTree, build_tree, gpu_endpoints, nic_endpoints
 from k3diag.model.topology import PCIE_PATH_ORDER
+from k3diag.model.words import counted
 
 
 def _redirect_severity(tree: PcieTree, bridge: str, machine: Machine) -> str:
@@ -159,7 +160,7 @@ def check_acs_enabled(machine: Machine, earlier: list[Finding]) -> Iterable[Find
         id="acs-redirect-enabled",
         severity=severity,
         subjects=[device_name(d) for d in hits[:8]] if placed else ["pci"],
-        title=f"ACS P2P redirect (ReqRedir+/CmpltRedir+) is on at {len(hits)} bridge(s)",
+        title=f"ACS P2P redirect (ReqRedir+/CmpltRedir+) is on at {counted(len(hits), 'bridge')}",
         explanation=context + "peer-to-peer traffic between devices below a redirecting port goes up to the root "
         "complex, which breaks or slows GPU P2P and GPUDirect RDMA when GPUs or NICs sit below it. Ports: "
         + ", ".join(device_name(d) for d in hits[:16]) + ("..." if len(hits) > 16 else "") + ".",

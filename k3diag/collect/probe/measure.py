@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from k3diag.collect.probe.api import GpuApi, GpuApiError, GpuUnavailable
+from k3diag.model.words import counted
 
 SCHEMA = "k3diag.probe-readings/1"
 FORMAT = "probe-readings"
@@ -272,7 +273,7 @@ def run_probe(api: GpuApi, options: ProbeOptions, clock: Callable[[], float] = t
     wanted = list(options.devices) if options.devices is not None else list(range(count))
     for index in wanted:
         if not 0 <= index < count:
-            doc["skipped"].append({"what": f"GPU{index}", "reason": f"the driver lists only {count} GPU(s)"})
+            doc["skipped"].append({"what": f"GPU{index}", "reason": f"the driver lists only {counted(count, 'GPU')}"})
     prober = _Prober(api, options, clock, sleep)
     usable: list[int] = []  # driver ordinals
     pending_gpus: list[int] = []
