@@ -132,9 +132,26 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
         # that follows from it, is what the node's operator must read first.
         report["verdict"]["text"] = short
     report["shape"] = shape_from_report(report, source, evidence_from_machine(machine))
-    if request.node:
+    if request.from_paths:
+        _name_saved_node(report, request)
+    elif request.node:
         report["shape"]["node"] = request.node
     return {"report": report, "exit_code": code}
+
+
+def _name_saved_node(report: dict, request: CheckRequest) -> None:
+    """Saved evidence is named by its host name, else by its file's name (not the path it was saved
+    under), and the report says which (`shape.node_from`, and a note when it is only the file's name)."""
+    from k3diag.fleet.shape import NODE_FROM_INPUT, name_saved_node
+
+    paths = [str(path) for path in request.from_paths]
+    node, how = name_saved_node(report, paths, request.node)
+    report["shape"]["node"], report["shape"]["node_from"] = node, how
+    if how == NODE_FROM_INPUT:
+        report.setdefault("notes", []).append({
+            "subject": "node", "level": "info",
+            "message": f"{node} is the name of the input file {paths[0]}, not a host name: the evidence names no "
+                       "host; give --node NAME to name the node"})
 
 
 def _note_deadline_stops(machine: Any, deadline_s: float) -> str | None:
@@ -210,7 +227,9 @@ def deadline_report(request: CheckRequest, message: str, elapsed: float, short: 
     from k3diag.fleet.shape import shape_from_report
 
     report["shape"] = shape_from_report(report, "live host" if not request.from_paths else "saved evidence")
-    if request.node:
+    if request.from_paths:
+        _name_saved_node(report, request)
+    elif request.node:
         report["shape"]["node"] = request.node
     return report
 

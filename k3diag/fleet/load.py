@@ -81,11 +81,9 @@ def discover(paths: Iterable[Path]) -> tuple[list[FleetInput], list[str]]:
 
 
 def _fallback_name(path: str) -> str:
-    name = Path(path.rstrip("/")).name
-    for suffix in (".tar.gz", ".tgz", ".tar.xz", ".tar", ".json"):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    from k3diag.fleet.shape import input_label
+
+    return input_label(path)
 
 
 def _problem_shape(item: FleetInput, message: str) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from k3diag.model.ids import fold_ranges
@@ -74,6 +75,33 @@ def node_name(report: dict, fallback: str) -> str:
     # The identity step's `label` describes a machine ("8 GPUs, NVIDIA L40S, driver ...") rather than naming
     # it, and would not fold into a host list: a machine without a host name is named after its input.
     return fallback
+
+
+def input_label(path: str) -> str:
+    """A machine's label when nothing in it names it: its input's name without the folders or a bundle's
+    suffix (`/shared/k3diag/gpu007.tar.gz` -> `gpu007`), as `fleet` lists it and an SRE calls it."""
+    name = Path(str(path).rstrip("/")).name or str(path)
+    for suffix in (".tar.gz", ".tgz", ".tar.xz", ".tar", ".json"):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+# How `shape.node` was found (docs/report-schema.md): the --node option, a host name in the evidence,
+# or, for saved evidence that names no host, the input's file name.
+NODE_FROM_OPTION, NODE_FROM_HOSTNAME, NODE_FROM_INPUT = "node-option", "hostname", "input-name"
+
+
+def name_saved_node(report: dict, paths: list[str], given: str | None) -> tuple[str, str]:
+    """The node name for `check --from PATHS` and how it was found: `--node`, else the host name the
+    evidence holds, else the first input's file name (never its folders, which say where the file was
+    saved, not which machine it came from)."""
+    if given:
+        return given, NODE_FROM_OPTION
+    named = node_name(report, "")
+    if named:
+        return named, NODE_FROM_HOSTNAME
+    return input_label(paths[0]) if paths else "saved evidence", NODE_FROM_INPUT
 
 
 def state_of(report: dict) -> str:

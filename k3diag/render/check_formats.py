@@ -110,6 +110,9 @@ def render_text(report: dict, code: int, timing: dict) -> str:
     node = node_of(report)
     state = _STATE.get(code, "UNKNOWN")
     lines = [f"k3diag check {node}: {state}: {headline(report, code)}"]
+    for note in report.get("notes") or []:
+        if isinstance(note, dict) and note.get("subject") == "node":
+            lines.append(f"  node: {note.get('message')}")  # the name is a file's, not a host's: say so
     verdict = report.get("verdict") or {}
     if code != EXIT_UNKNOWN and isinstance(verdict, dict) and verdict.get("text"):
         lines.append(f"  verdict: {verdict['text']}")

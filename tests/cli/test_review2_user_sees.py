@@ -189,7 +189,7 @@ def test_check_of_unreadable_evidence_says_why_not_see_inputs(tmp_path: Path) ->
     code, nagios = _text("check", "--from", str(archive), "--format", "nagios")
     assert code == 3
     assert "see Inputs" not in nagios
-    assert nagios.startswith(f"K3DIAG UNKNOWN - {archive}: Nothing could be analyzed: {archive.name} ends early or "
+    assert nagios.startswith(f"K3DIAG UNKNOWN - node7: Nothing could be analyzed: {archive.name} ends early or "
                              "is corrupt (")
     _, text = _text("check", "--from", str(archive))
     assert "see Inputs" not in text
@@ -199,7 +199,9 @@ def test_check_of_unreadable_evidence_says_why_not_see_inputs(tmp_path: Path) ->
     _, npd = _text("check", "--from", str(empty), "--format", "npd")
     assert npd.startswith("UNKNOWN Nothing could be analyzed: /") and "see" not in npd and len(npd) <= 80
     _, text = _text("check", "--from", str(empty))
-    assert text.startswith(f"k3diag check {empty}: UNKNOWN: Nothing could be analyzed: {empty}: the file is empty\n")
+    # named by the file, not its folders (an empty file names no host), and the text says it is no host name
+    assert text.startswith(f"k3diag check topo.txt: UNKNOWN: Nothing could be analyzed: {empty}: the file is empty\n"
+                           f"  node: topo.txt is the name of the input file {empty}, not a host name: ")
 
 
 def test_a_cut_matrix_row_does_not_call_its_own_diagonal_unknown(tmp_path: Path) -> None:
