@@ -110,7 +110,12 @@ class LineHandlers:
             if old.pending or (old.current is not None and not empty_open_head) or holds:
                 continue
             if head is not None and old.head_closed:
-                self.adopters[key] = old.adopter  # what the merge needs of an empty head
+                # what the merge needs of an empty head: the threads the previous part left busy print again
+                # right after the cut, so the first ones are kept; memory must not grow with the log
+                if len(self.adopters) < P.MAX_ADOPTERS:
+                    self.adopters[key] = old.adopter
+                else:
+                    self.adopters_dropped += 1
             del self.threads[key]
         # a prefix must not keep leading to a forgotten thread (its next line makes a new one): every
         # prefix is looked up again; cleared in place, as the line loops hold this dict's `get`

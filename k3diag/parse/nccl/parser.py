@@ -73,11 +73,16 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self._shared_cache: dict | None = None
         # communicators whose ranks are completing: "id:<commId>" -> {rank: instance}
         self.tracks: dict[str, dict[int, Instance]] = {}
-        # runs built while reading: their keys, and which processes took part in each
+        # runs built while reading: the first `MAX_FINALIZED_KEYS` keys (`finalized_more` once there were
+        # more: what is asked of them is only whether there were none, one or several), and which processes
+        # took part in each
         self.finalized_keys: set[str] = set()
+        self.finalized_more = False
         self.finalized_procs: dict[tuple, set[str]] = {}
-        # threads of a cut part forgotten after their (empty) head closed: thread key -> adopter key
+        # threads of a cut part forgotten after their (empty) head closed: thread key -> adopter key, for the
+        # first `MAX_ADOPTERS` (those that matter at the merge speak right after the cut); past them, counted
         self.adopters: dict[tuple, tuple | None] = {}
+        self.adopters_dropped = 0
         self.thread_limit = 0
         from k3diag.parse.nccl.runs import RunKeeper
 

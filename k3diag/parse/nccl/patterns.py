@@ -42,7 +42,13 @@ MAX_DMABUF = 500
 MAX_P2P_DISABLED = 2_000
 MAX_HOSTS = 4_096  # host names seen on NCCL lines, with or without a rank
 MAX_FINALIZED_PROCS = 32_768  # processes of built runs remembered for their late connection lines
+MAX_FINALIZED_KEYS = 4_096  # keys of built runs remembered (the rest only counted as "more")
+MAX_ADOPTERS = 32_768  # forgotten threads of a cut part remembered for the merge (`NcclLogParser.adopters`)
 MAX_EXAMPLES = 10  # line numbers kept for each kind of skipped line
+CUT_THREADS_SENTENCE = (
+    "{threads} busy where the file was cut to be read in parallel could not be followed across the cut: the later "
+    "part forgot more than {MAX_ADOPTERS:,} threads before they spoke again, so their connection lines after the "
+    "cut may be counted with the communicator they were initializing before it (`nccl_summary.not_kept` in --json)")
 # what each kind of `NcclLogParser.not_kept` counts (singular, plural) and which bound left it out (the
 # bound's name in braces: formatted when reported, with the bounds in force then)
 NOT_KEPT: dict[str, tuple[str, str, str]] = {
@@ -62,6 +68,8 @@ NOT_KEPT: dict[str, tuple[str, str, str]] = {
     "mnnvl_health": ("MNNVL health line", "MNNVL health lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "nvls_support": ("NVLS support line", "NVLS support lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "net_devices": ("network device", "network devices", "past the first {MAX_NET_DEVICES:,} of a kind"),
+    # not a fact left out but a thread's state: said in its own words (`CUT_THREADS_SENTENCE`)
+    "cut_threads": ("thread", "threads", ""),
 }
 MAX_LINE_CHARS = 1 << 16
 # Runs (communicators) reported in full: the largest and those that show a problem, up to this many.

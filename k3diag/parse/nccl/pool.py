@@ -136,6 +136,13 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
     """Fold part `b` (the file's next part) into `a`, as if one parser had read both in order."""
     cap = P.MAX_CONN_KEYS_PER_INSTANCE
     over = 0
+    if b.adopters_dropped:
+        # threads this part left busy that the later one may have seen, then forgotten past its bound: what
+        # they did across the cut cannot be followed (counted, never silent)
+        unsure = sum(1 for key, at in a.threads.items()
+                     if (at.current is not None or at.pending) and key not in b.threads and key not in b.adopters)
+        if unsure:
+            a.not_kept["cut_threads"] = a.not_kept.get("cut_threads", 0) + unsure
     for key, adopter in b.adopters.items():  # threads whose empty head closed, then were forgotten
         if key not in b.threads:
             b.threads[key] = Thread(host=key[0], pid=key[1], tid=key[2], dev=None, head=None, head_closed=True,
@@ -198,7 +205,12 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
             thread.current = merged[id(thread.current)]
     a.conn_overflow += over + b.conn_overflow
     a.keeper.absorb(b.keeper)
-    a.finalized_keys |= b.finalized_keys
+    for key in b.finalized_keys:
+        if len(a.finalized_keys) < P.MAX_FINALIZED_KEYS:
+            a.finalized_keys.add(key)
+        elif key not in a.finalized_keys:
+            a.finalized_more = True
+    a.finalized_more = a.finalized_more or b.finalized_more
     for proc, keys in b.finalized_procs.items():
         a.finalized_procs.setdefault(proc, set()).update(keys)
     _merge_facts(a, b)

@@ -161,7 +161,10 @@ def finalize_run(parser, key: str, members: list[Instance]) -> None:
     if len(procs) > P.MAX_FINALIZED_PROCS:  # forget the oldest half: late lines come soon after init
         for proc in list(procs)[: len(procs) // 2]:
             del procs[proc]
-    parser.finalized_keys.add(key)
+    if len(parser.finalized_keys) < P.MAX_FINALIZED_KEYS:
+        parser.finalized_keys.add(key)
+    elif key not in parser.finalized_keys:
+        parser.finalized_more = True
 
 
 def _finalize_complete(parser) -> None:
@@ -215,19 +218,23 @@ def finish(parser) -> NcclLogResult:
     extra: dict[str, dict] = {}
     late: dict[str, dict] = {}  # for runs built while reading (their instances are gone)
     only_run = None
-    if len(groups) + len(parser.finalized_keys) == 1:
+    built_runs = len(parser.finalized_keys) + (1 if parser.finalized_more else 0)  # none, one or several
+    if len(groups) + built_runs == 1:
         only_run = next(iter(groups)) if groups else next(iter(parser.finalized_keys))
     for proc, bodies in parser.orphans.items():
-        keys = sorted(by_process.get(proc, set()) | parser.finalized_procs.get(proc, set()))
+        built = parser.finalized_procs.get(proc, set())
+        keys = sorted(by_process.get(proc, set()) | built)
         if len(keys) == 1:
             target = keys[0]
         elif only_run is not None:
             target = only_run
-        elif not groups and not parser.finalized_keys:
+        elif not groups and not built_runs:
             target = "default"
         else:
             target = "unattributed"
-        bucket = late if target in parser.finalized_keys and target not in groups else extra
+        # a run built while reading (its instances are gone): the lines are its late lines
+        was_built = target in built or (target == only_run and not groups)
+        bucket = late if was_built and target not in groups else extra
         parser.conn_overflow += absorb_all(bucket.setdefault(target, {}), bodies, 1 << 30)
     for key in extra:
         groups.setdefault(key, [])
@@ -364,6 +371,9 @@ def _warnings(parser, result: NcclLogResult) -> None:
                         f"{_were(parser.messages_dropped)} not kept")
     for kind, number in sorted(parser.not_kept.items()):
         one, many, bound = P.NOT_KEPT[kind]
+        if kind == "cut_threads":
+            warnings.append(P.CUT_THREADS_SENTENCE.format_map({**vars(P), "threads": counted(number, one, many)}))
+            continue
         floor = "at least " if kind in parser.not_kept_more else ""
         warnings.append(f"{floor}{counted(number, one, many)} {'were' if floor else _were(number)} "
                         "counted but not kept "
