@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 # Lines a GPU or PCIe device keeps as its evidence: a few outputs' worth (one `lspci -vvv` block is at
 # most ~150 lines). A file repeating one output thousands of times (a log of a command run in a loop)
@@ -83,11 +84,13 @@ class _CountedRef(SourceRef):
     (never with the text it counts in)."""
 
     def __getattr__(self, name: str) -> int:
-        # Reached only for what the instance does not hold: `line`, until it is counted.
+        # Reached only for what the instance does not hold: `line`, until it is counted. The counter is
+        # the instance's (`counted_ref`) or its class's (`counted_refs`: one class per parse).
         fields = self.__dict__
-        if name != "line" or "_counter" not in fields:
+        if name != "line" or "_at" not in fields:
             raise AttributeError(name)
-        line = fields["line"] = fields.pop("_counter").line_at(fields.pop("_at"))
+        counter = fields.pop("_counter", None) or self._counter
+        line = fields["line"] = counter.line_at(fields.pop("_at"))
         return line
 
     def __eq__(self, other: object) -> bool:
@@ -115,3 +118,20 @@ def counted_ref(input_name: str, counter: LineCounter, offset: int, text: str) -
 
 
 _new_counted = _CountedRef.__new__
+
+
+def counted_refs(input_name: str, counter: LineCounter) -> Callable[[int, str], SourceRef]:
+    """`counted_ref` for one input and one counter, as a function of (offset, text): what a parser
+    making tens of thousands of references in one text calls. The input's name and the counter are
+    attributes of a class made for this call, so each reference holds only its text and offset: two
+    entries in its dict instead of four (a third of the time to make one, measured in instructions)."""
+    cls = type("_CountedRef", (_CountedRef,), {"input": input_name, "_counter": counter, "__slots__": ()})
+    new = cls.__new__
+
+    def make(offset: int, text: str) -> SourceRef:
+        ref = new(cls)
+        fields = ref.__dict__
+        fields["text"], fields["_at"] = text, offset
+        return ref
+
+    return make

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from k3diag.gcpause import collector_paused
 from k3diag.model.pci import Acs, PciDevice, PciLink
-from k3diag.model.source import MAX_SOURCES_PER_RECORD, LineCounter, SourceRef, counted_ref
+from k3diag.model.source import MAX_SOURCES_PER_RECORD, LineCounter, SourceRef, counted_refs
 from k3diag.parse.lspci_header import CLASS_CODES, class_code_for, header, leading_header, vendor_for
 from k3diag.parse.lspci_lines import (
     ACS,
@@ -100,8 +100,9 @@ class _Parser:
         self._pos = -1
         self._line_end = 0  # where the line being read ends, when it opens a block
         self._open_end = 0  # where the header line of the current block ends
-        # The bulk path's line numbers, counted only for the lines someone asks about (`counted_ref`).
+        # The bulk path's line numbers, counted only for the lines someone asks about (`counted_refs`).
         self._counter = LineCounter("", 1)
+        self._ref = counted_refs(input_name, self._counter)  # (offset, text) -> that line's reference
 
     # -- drivers ------------------------------------------------------------------
     def run_lines(self) -> LspciResult:
@@ -146,6 +147,7 @@ class _Parser:
         self._text, self._end = text, end
         first_line = self.section.first_line
         counter = self._counter = LineCounter(text, first_line)
+        make_ref = self._ref = counted_refs(self.input_name, counter)
         line_at = counter.line_at
         if end == 0:
             return self._finish()
@@ -175,7 +177,7 @@ class _Parser:
                     if found:
                         self._pos, self._line_end = start, line_end
                         self._close(complete=True)
-                        self._open(found[0], found[1], counted_ref(self.input_name, counter, start + 1, header_line))
+                        self._open(found[0], found[1], make_ref(start + 1, header_line))
                         continue  # headers are all different: not worth remembering
                 action = actions[line] = classify(raw)
             code = action[0]
@@ -260,7 +262,7 @@ class _Parser:
         return tuple(steps.get(code) for code in range(max(steps) + 1))
 
     # Each `_on_*` has the effect `_line` has on a line of its kind, step for step; `at` is where the
-    # `\n` before the line is (the line's number is counted only if asked: `counted_ref`). Only the
+    # `\n` before the line is (the line's number is counted only if asked: `counted_refs`). Only the
     # steps that close a block or read the next line set `_pos`. `_keep` stands for
     # `PciDevice.add_source`: a line's reference is new and offered once per device, so it is never
     # one the device already holds.
@@ -280,7 +282,7 @@ class _Parser:
         self.saw_caps = True
         if action[2] is not None and device.port_type is None:
             device.port_type = action[2]
-            _keep(device, counted_ref(self.input_name, self._counter, at + 1, action[1]))
+            _keep(device, self._ref(at + 1, action[1]))
         if action[3]:
             self.acs_listed = True
 
@@ -297,17 +299,17 @@ class _Parser:
         if device is not None:
             if action[3]:
                 device.driver = action[2]
-                _keep(device, counted_ref(self.input_name, self._counter, at + 1, action[1]))
+                _keep(device, self._ref(at + 1, action[1]))
             self.current_complete = True
 
     def _on_numa(self, action: tuple, at: int) -> None:
         device = self.current
         if device is not None and action[2] is not None:
             device.numa_node = action[2]
-            _keep(device, counted_ref(self.input_name, self._counter, at + 1, action[1]))
+            _keep(device, self._ref(at + 1, action[1]))
 
     def _on_denied(self, action: tuple, at: int) -> None:
-        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
+        ref = self._ref(at + 1, action[1])
         device = self.current if self.current is not None else self._anonymous(ref)
         if not device.access_denied:
             device.access_denied = True
@@ -315,7 +317,7 @@ class _Parser:
             _keep(device, ref)
 
     def _on_bus(self, action: tuple, at: int) -> None:
-        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
+        ref = self._ref(at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("Bus", ref)
@@ -325,7 +327,7 @@ class _Parser:
             _keep(device, ref)
 
     def _on_lnkcap(self, action: tuple, at: int) -> None:
-        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
+        ref = self._ref(at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCap", ref)
@@ -341,7 +343,7 @@ class _Parser:
         _keep(device, ref)
 
     def _on_lnksta(self, action: tuple, at: int) -> None:
-        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
+        ref = self._ref(at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkSta", ref)
@@ -366,7 +368,7 @@ class _Parser:
     def _on_lnkcap2(self, action: tuple, at: int) -> None:
         device = self.current
         if device is None or self.anonymous:
-            device = self._device_for("LnkCap2", counted_ref(self.input_name, self._counter, at + 1, action[1]))
+            device = self._device_for("LnkCap2", self._ref(at + 1, action[1]))
         if action[2] is not None:
             link = device.link
             if link is None:
@@ -374,7 +376,7 @@ class _Parser:
             link.supported_max_speed_gts = action[2][0]
 
     def _on_lnkctl2(self, action: tuple, at: int) -> None:
-        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
+        ref = self._ref(at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for("LnkCtl2", ref)
@@ -386,7 +388,7 @@ class _Parser:
             _keep(device, ref)
 
     def _on_acs(self, action: tuple, at: int) -> None:
-        ref = counted_ref(self.input_name, self._counter, at + 1, action[1])
+        ref = self._ref(at + 1, action[1])
         device = self.current
         if device is None or self.anonymous:
             device = self._device_for(action[2], ref)
