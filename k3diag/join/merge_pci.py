@@ -8,6 +8,8 @@ dmesg). Facts only fill what is unknown; they never overwrite another source sil
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from k3diag.model.host import HostInfo
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.fabric import FabricManagerEvent
@@ -23,12 +25,14 @@ from k3diag.model.pci import (
 from k3diag.model.pcie_tree import is_gpu_device
 from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu
-from k3diag.parse.dmesg import DmesgResult
 from k3diag.model.ids import normalize_bdf
-from k3diag.parse.kernel_cmdline import KernelCmdline, interpret
 from k3diag.parse.lspci import LspciResult, vendor_for
-from k3diag.parse.lspci_tree import LspciTreeResult
-from k3diag.parse.sysfs_snapshot import PASSTHROUGH_TYPES, TRANSLATED_TYPES, SysfsResult
+
+if TYPE_CHECKING:  # the other parsers' records: imported where they are used, not for an lspci input
+    from k3diag.parse.dmesg import DmesgResult
+    from k3diag.parse.kernel_cmdline import KernelCmdline
+    from k3diag.parse.lspci_tree import LspciTreeResult
+    from k3diag.parse.sysfs_snapshot import SysfsResult
 
 GPUS_FROM_PCI = "pcie_gpus_from_bus_order"
 _VENDOR_NAMES = {VENDOR_NVIDIA: "NVIDIA", VENDOR_AMD: "AMD"}
@@ -131,6 +135,8 @@ def merge_dmesg(result: DmesgResult, machine: Machine, record: InputRecord) -> N
     if result.iommu_enabled is not None and state.iommu.enabled is None:
         state.iommu.enabled = result.iommu_enabled
     if result.cmdline and machine.host.kernel_cmdline is None:
+        from k3diag.parse.kernel_cmdline import KernelCmdline, interpret
+
         parsed = interpret(result.cmdline, KernelCmdline(raw=result.cmdline, source=result.cmdline_source))
         _apply_cmdline(machine, parsed)
     update_iommu_mode(machine)
@@ -339,6 +345,8 @@ def update_iommu_mode(machine: Machine) -> None:
     mode: str | None = None
     gpu_types = set(iommu.gpu_group_types.values())
     all_types = set(iommu.group_types)
+    if gpu_types or all_types:
+        from k3diag.parse.sysfs_snapshot import PASSTHROUGH_TYPES, TRANSLATED_TYPES
     if gpu_types:
         mode = "translated" if gpu_types & set(TRANSLATED_TYPES) else (
             "passthrough" if gpu_types <= set(PASSTHROUGH_TYPES) else None)

@@ -125,7 +125,7 @@ class _Parser:
         head = text[:_QUOTE_SNIFF_CHARS]
         if ">" not in head:
             return text
-        from k3diag.parse.nvidia_topo_matrix import unquote_reply
+        from k3diag.parse.text import unquote_reply
 
         # decided on the head first: `>SERR-` on every Status line puts a `>` in every real output
         if not unquote_reply(head.split("\n")[:400])[1]:

@@ -64,3 +64,30 @@ def test_pickled_or_copied_it_becomes_a_plain_reference_without_the_text() -> No
     assert len(pickle.dumps(ref)) < 200  # the 200 KB text it counts in does not travel
     unread = counted_ref("big.txt", LineCounter(text, 1), 0, "a")
     assert pickle.loads(pickle.dumps(unread)) == SourceRef("big.txt", 1, "a")
+
+
+def test_references_of_one_parse_share_their_input_and_counter_and_are_plain_to_their_users() -> None:
+    """`counted_refs` (one class per parse, holding the input's name and the counter): each reference
+    is what `counted_ref` makes, field for field, and as plain to its users."""
+    from k3diag.model.source import counted_refs
+
+    text = "00:01.0 PCI bridge: Intel\n\tLnkSta:\tSpeed 8GT/s, Width x16\n\tNUMA node: 1"
+    counter = LineCounter(text, 10)
+    make = counted_refs("lspci.txt", counter)
+    line = "\tLnkSta:\tSpeed 8GT/s, Width x16"
+    ref, again = make(text.index("\tLnkSta"), line), make(text.index("\tNUMA"), "\tNUMA node: 1")
+    plain = SourceRef("lspci.txt", 11, line)
+    assert isinstance(ref, SourceRef) and type(ref) is type(again)
+    assert "input" not in ref.__dict__ and set(ref.__dict__) == {"text", "_at"}  # two entries a reference
+    assert ref == plain and plain == ref and hash(ref) == hash(plain) and repr(ref) == repr(plain)
+    assert (again.input, again.line, again.text) == ("lspci.txt", 12, "\tNUMA node: 1")
+    assert ref.to_json() == plain.to_json() and ref.cite() == plain.cite() and asdict(ref) == asdict(plain)
+    assert replace(ref, line=3) == SourceRef("lspci.txt", 3, line)
+    with pytest.raises(FrozenInstanceError):
+        ref.line = 5  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        ref.no_such_field  # noqa: B018
+    unread = make(0, "00:01.0 PCI bridge: Intel")
+    for other in (pickle.loads(pickle.dumps(unread)), copy.copy(unread), copy.deepcopy(unread)):
+        assert type(other) is SourceRef and other == SourceRef("lspci.txt", 10, "00:01.0 PCI bridge: Intel")
+    assert len(pickle.dumps(make(5, "x"))) < 200  # neither the counter nor its text travels
