@@ -189,8 +189,10 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
         ranks = f"{run.nranks} ranks" if run.nranks else "rank count not in the log"
         nodes = f" on {counted(run.nodes, 'node')}" if run.nodes else ""
         hosts = f" ({', '.join(run.hosts[:6])}{' ...' if len(run.hosts) > 6 else ''})" if run.hosts else ""
-        head = (f"{what}: {ranks}{nodes}{hosts}; connections P2P {counts.get('P2P', 0)}, SHM {counts.get('SHM', 0)}, "
-                f"NET {counts.get('NET', 0)}")
+        # the communicator's id tells apart runs that look alike (every job's world communicator)
+        comm = f" (commId {run.comm_id})" if run.comm_id else ""
+        head = (f"{what}{comm}: {ranks}{nodes}{hosts}; connections P2P {counts.get('P2P', 0)}, "
+                f"SHM {counts.get('SHM', 0)}, NET {counts.get('NET', 0)}")
         if run.input:
             head += f"  [{run.input}]"
         out.line(head, wrap=True, hang=4)

@@ -54,3 +54,13 @@ def test_evidence_past_the_limit_is_counted_in_words() -> None:
     assert "> ... 1 more line in --json" in one_more
     two_more = _printed(details.findings_in_full, [finding(details.MAX_EVIDENCE_LINES + 2)])
     assert "> ... 2 more lines in --json" in two_more
+
+
+def test_communicators_that_look_alike_are_told_apart_by_their_id() -> None:
+    # every job's world communicator has the same shape: the id is what tells them apart
+    machine = Machine()
+    machine.nccl = [NcclRun(library="NCCL", version="2.21.5", nranks=16, nodes=2, comm_id=comm_id)
+                    for comm_id in ("0x1a2b", "0x3c4d")]
+    printed = _printed(details.nccl_runs, machine)
+    assert "NCCL 2.21.5 (commId 0x1a2b): 16 ranks on 2 nodes;" in printed
+    assert "NCCL 2.21.5 (commId 0x3c4d): 16 ranks on 2 nodes;" in printed
