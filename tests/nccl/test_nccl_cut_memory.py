@@ -92,3 +92,23 @@ def test_a_thread_busy_at_the_cut_that_is_forgotten_past_the_bound_is_counted(mo
     assert cut.summary.to_json()["not_kept"] == {"cut_threads": 1}
     assert ("1 thread busy where the file was cut to be read in parallel could not be followed across the cut: "
             "the later part forgot more than 8 threads before they spoke again") in " ".join(cut.warnings)
+
+
+def test_a_log_cut_in_four_with_the_bounds_lowered_reads_as_one_pass(monkeypatch, tmp_path) -> None:
+    # each later part forgets threads past its bound; the merges chain (a thread busy at the first cut is
+    # followed through the second and third parts) and still give the one pass's result
+    monkeypatch.setattr(P, "MAX_THREADS", 16)
+    monkeypatch.setattr(P, "MAX_ADOPTERS", 24)
+    monkeypatch.setattr(P, "MAX_FINALIZED_KEYS", 5)
+    lines = _jobs(0, 50)
+    # a process whose rank prints its connection lines before any communicator line (pending), in every part
+    for index in range(0, len(lines), len(lines) // 6):
+        lines.insert(index, "late:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC")
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / "jobs.log"
+    path.write_text(text)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "PICKLE_LEAD_BYTES", 0)
+    one_pass = canon(parse_bytes(text.encode(), "jobs.log"))
+    for workers in (3, 4):
+        assert canon(parse_path(path, "jobs.log", workers=workers)) == one_pass
