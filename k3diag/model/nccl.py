@@ -402,10 +402,13 @@ class NcclRun:
         return counts
 
     def rank_info(self, rank: int) -> NcclRank | None:
-        for info in self.ranks:
-            if info.rank == rank:
-                return info
-        return None
+        """The first entry of `ranks` for this rank. The rules ask it for both ends of every pair: an index
+        (rebuilt when `ranks` is replaced or grows), not a scan of 256 ranks for each of 8,192 pairs."""
+        memo = self.__dict__.get("_rank_index")
+        if memo is None or memo[0] is not self.ranks or memo[1] != len(self.ranks):
+            index = {info.rank: info for info in reversed(self.ranks)}  # reversed: the first entry wins
+            memo = self.__dict__["_rank_index"] = (self.ranks, len(self.ranks), index)
+        return memo[2].get(rank)
 
     def host_of(self, rank: int) -> str | None:
         info = self.rank_info(rank)

@@ -109,7 +109,7 @@ def check_same_host_pair_not_p2p(machine: Machine, earlier: list[Finding]) -> It
             same_host.setdefault(host_a, {})[(a, b)] = conns
         hostnames_unique = not (run.nodes_reported and run.nodes_reported > len(run.hosts))
         for host, host_pairs in sorted(same_host.items()):
-            p2p_pairs = [p for p, conns in host_pairs.items() if any(c.transport == "P2P" for c in conns)]
+            p2p_pairs = {p for p, conns in host_pairs.items() if any(c.transport == "P2P" for c in conns)}
             for (a, b), conns in sorted(host_pairs.items()):
                 bad = [c for c in conns if c.transport in ("SHM", "NET")]
                 if not bad or (a, b) in p2p_pairs:
