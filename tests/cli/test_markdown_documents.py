@@ -84,3 +84,32 @@ def test_an_issue_body_with_the_log_after_the_fence_on_one_line_and_an_unclosed_
     assert len(seen(issue)) == 5
     assert [f["id"] for f in issue["findings"]] == [f["id"] for f in alone["findings"]]
     assert issue["inputs"][0]["format"] == "nccl-log" and issue["inputs"][0]["warnings"] == []
+
+
+FIXTURES = NCCL.parent
+
+
+def test_tables_tools_draw_with_pipes_and_dashes_are_not_documents() -> None:
+    """A delimiter-like line alone made a text a document: PyTorch's memory_summary() box (`|=====|`, a title
+    row, `|-----|`) in a job log hid the NCCL lines after it as 'prose'. dcgmi and nvidia-smi frames stay
+    outputs too; a README's table (a header row, then a delimiter of as many cells) stays a document."""
+    from k3diag.parse.markdown import is_markdown
+
+    for path in (NCCL / "torch-memory-summary-then-nccl-shm-attach-log.txt",
+                 FIXTURES / "nvidia" / "dcgmi-diag-r3-deployment-pass-cut-dcgm-55.txt",
+                 FIXTURES / "nvidia" / "nvidia-smi-390-2x-m40-table-nvidia-docker-759.txt"):
+        assert not is_markdown(path.read_text()), path.name
+    assert is_markdown((NCCL / "SOURCES.md").read_text())
+    assert is_markdown("notes\n\n| GPU | link |\n| --- | :---: |\n| 0 | NV18 |\n")
+    assert is_markdown("| GPU | link |\r\n|-----|------|\r\n")  # saved with CRLF
+    assert not is_markdown("| GPU | link | NUMA |\n| --- | --- |\n")  # 3 header cells, 2 delimiter cells
+    assert not is_markdown("|---|---|\n| GPU | link |\n")  # a rule above, no header: a box, not a table
+    assert is_markdown("```\n|=====|\n| PyTorch CUDA memory summary |\n|-----|\n```\n")  # quoted in a fence
+
+
+def test_the_nccl_lines_after_a_memory_summary_are_read() -> None:
+    _, out = _analyze(NCCL / "torch-memory-summary-then-nccl-shm-attach-log.txt", "--json")
+    report = json.loads(out)
+    assert [record["format"] for record in report["inputs"]] == ["nccl-log"]
+    assert "nccl-shm-attach-failed" in {f["id"] for f in report["findings"]}
+    assert not any("Markdown document" in w for record in report["inputs"] for w in record["warnings"])
