@@ -137,6 +137,11 @@ def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
     count_reason = _count_conflict(a, b) or _count_conflict(b, a)
     if count_reason:
         reasons.append(count_reason)
+    for attr, what in (("gpu_numa_affinities", "NUMA"), ("gpu_cpu_affinities", "CPU")):
+        affinity_reason = _affinity_conflict(getattr(a, attr), getattr(b, attr), what)
+        if affinity_reason:
+            reasons.append(affinity_reason)
+            break
     for attr, what in (("driver_version", "driver"), ("cuda_version", "CUDA"), ("rocm_version", "ROCm")):
         fa, fb = getattr(a, attr), getattr(b, attr)
         if fa is not None and fb is not None and fa.value != fb.value:
@@ -219,6 +224,21 @@ def _bus_conflict(a: InputIdentity, b: InputIdentity) -> str | None:
             return (f"a GPU at bus {missing} ({_cite([f for f in other.gpu_bus_ids if f.value.startswith(missing)][:1] or other.gpu_bus_ids)}) "
                     f"is not among the {full.gpu_count.value} GPU{'' if str(full.gpu_count.value) == '1' else 's'} of the other "
                     f"({_bus_list(full)})")
+    return None
+
+
+def _affinity_conflict(a: list[IdentityFact], b: list[IdentityFact], what: str) -> str | None:
+    """A GPU that hangs off other CPUs or another NUMA node in each input: the wiring differs, so the
+    inputs are two machines (the same machine read twice prints the same affinities, whatever its links)."""
+    theirs: dict[str, set[str]] = {}
+    for fact in b:
+        theirs.setdefault(fact.value.split("=", 1)[0], set()).add(fact.value)
+    for fact in a:
+        gpu = fact.value.split("=", 1)[0]
+        if gpu in theirs and fact.value not in theirs[gpu]:
+            other = next(f for f in b if f.value in theirs[gpu])
+            return (f"different {what} affinity ({fact.cite()} vs {other.cite()}): a GPU's affinity is its wiring, "
+                    "fixed for a machine")
     return None
 
 

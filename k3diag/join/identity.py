@@ -41,6 +41,12 @@ def identity_of(machine: Machine, record: InputRecord) -> InputIdentity:
         identity.add_uuid(gpu.uuid, source)
         identity.add_bus_id(gpu.bus_id, source)
         identity.add_serial(getattr(gpu, "serial", None), source)
+    if record.format == "nvidia-smi-topo-matrix":
+        # Only the matrix's own columns: other sources read NUMA nodes from sysfs, which a VM or a
+        # container may report differently from the host's `topo -m` of the same machine.
+        for gpu in machine.sorted_gpus():
+            row = gpu.sources[0] if gpu.sources else None
+            identity.add_affinity(f"GPU{gpu.index}", gpu.cpu_affinity, gpu.numa_node, row)
     for run in machine.nccl:
         for rank in run.ranks:
             identity.add_hostname(rank.host, rank.source)

@@ -71,6 +71,10 @@ class InputIdentity:
     rocm_version: IdentityFact | None = None
     # How many distinct GPUs the input shows at least (0: unknown, or several hosts).
     gpus_seen: int = 0
+    # Which CPUs and NUMA node each GPU hangs off (`nvidia-smi topo -m`'s affinity columns), as
+    # `GPU0=0-23`: wiring, fixed for a machine, so two inputs that differ in it are two machines.
+    gpu_cpu_affinities: list[IdentityFact] = field(default_factory=list)
+    gpu_numa_affinities: list[IdentityFact] = field(default_factory=list)
 
     # -- filling --------------------------------------------------------------------------------
     def add_hostname(self, value: str | None, source: SourceRef | None = None) -> None:
@@ -107,13 +111,22 @@ class InputIdentity:
         if value and value.strip() and self.cuda_version is None:
             self.cuda_version = IdentityFact(value.strip(), source)
 
+    def add_affinity(self, gpu: str, cpus: str | None, numa: int | None, source: SourceRef | None = None) -> None:
+        """GPU `gpu`'s CPU affinity (a cpulist) and NUMA node, when the input prints them."""
+        listed = "".join((cpus or "").split())
+        if listed and listed.upper() != "N/A":
+            _add(self.gpu_cpu_affinities, f"{gpu}={listed}", source, f"{gpu} on CPUs {listed}")
+        if numa is not None and numa >= 0:
+            _add(self.gpu_numa_affinities, f"{gpu}={numa}", source, f"{gpu} on NUMA node {numa}")
+
     def set_rocm(self, value: str | None, source: SourceRef | None = None) -> None:
         if value and value.strip() and self.rocm_version is None:
             self.rocm_version = IdentityFact(value.strip(), source)
 
     def update(self, other: "InputIdentity") -> None:
         """Add every key of `other` (the union of two inputs' keys, or a parser's and a reader's)."""
-        for name in ("hostnames", "gpu_uuids", "gpu_serials", "gpu_bus_ids", "gpu_names"):
+        for name in ("hostnames", "gpu_uuids", "gpu_serials", "gpu_bus_ids", "gpu_names", "gpu_cpu_affinities",
+                     "gpu_numa_affinities"):
             mine: list[IdentityFact] = getattr(self, name)
             for fact in getattr(other, name):
                 _add(mine, fact.value, fact.source, fact.shown)
