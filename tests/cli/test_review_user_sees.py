@@ -337,21 +337,28 @@ def test_a_fleet_drain_list_names_real_hosts_only(tmp_path: Path) -> None:
 
 
 def test_two_machines_matrices_in_one_file_get_the_fix_that_separates_them(tmp_path: Path) -> None:
-    # `for h in gpu01 gpu02; do ssh $h nvidia-smi topo -m; done > all.txt`: no host is named, so both matrices
-    # are read as one machine; the disagreement (NV18 against SYS) is flagged, and the fix must say how to split.
+    # `for h in gpu01 gpu02; do ssh $h nvidia-smi topo -m; done > all.txt`: no host is named. Two boxes wired
+    # to other CPUs (H100 on CPUs 0-51, 4090 on 0-15) are now told apart by their affinity columns.
+    h100 = (FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt").read_text()
     both = tmp_path / "all.txt"
-    both.write_text((FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt").read_text()
-                    + (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text())
+    both.write_text(h100 + (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text())
     result = runner.invoke(app, ["analyze", str(both)])
+    assert result.stdout.splitlines()[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
+    assert "different CPU affinity (GPU0 on CPUs 0-51 (" in result.stdout
+    # Matrices with the same affinities and different link cells (one box read twice, or twins) stay one
+    # machine: the disagreement is flagged, and the fix says how to split the file if it holds two machines.
+    twice = tmp_path / "twice.txt"
+    twice.write_text(h100 + "\n".join(line.replace("NV18", "NV12", 1) if line.startswith("GPU0 ") else line
+                                      for line in h100.splitlines()) + "\n")
+    result = runner.invoke(app, ["analyze", str(twice)])
     assert result.exit_code == 1
     assert "      Fix: Both readings are in one file: if it holds the outputs of two machines (a loop over hosts), " \
            "split it per host, or keep each host's prompt line (`user@host:~$ nvidia-smi topo -m`) above its output " \
            "so k3diag can tell them apart." in result.stdout.splitlines()
     # and that advice works: with the prompt lines the file is two machines
     prompted = tmp_path / "prompted.txt"
-    prompted.write_text("user@gpu01:~$ nvidia-smi topo -m\n" + (FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt").read_text()
-                        + "user@gpu02:~$ nvidia-smi topo -m\n"
-                        + (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text())
+    prompted.write_text("user@gpu01:~$ nvidia-smi topo -m\n" + h100 + "user@gpu02:~$ nvidia-smi topo -m\n"
+                        + twice.read_text()[len(h100):])
     result = runner.invoke(app, ["analyze", str(prompted)])
     assert result.stdout.splitlines()[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
 
