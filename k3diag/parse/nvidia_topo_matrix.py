@@ -235,6 +235,8 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
 
     index = header.line_index + 1
     skipped = 0
+    short_rows: list[tuple] = []  # rows with fewer trailing values than labels, placed once all are read
+    trailing_starts: list[int] = []  # where the first trailing value of each full row starts
     while index < len(lines):
         line = lines[index]
         tokens = line.split()
@@ -252,8 +254,9 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
             result.warnings.append(f"line {section.first_line + index}: not a matrix row, skipped: {line.strip()[:60]!r}")
             index += 1
             continue
-        _parse_row(tokens, index, result, ref, section.first_line)
+        _parse_row(tokens, index, result, ref, section.first_line, (line, short_rows, trailing_starts))
         index += 1
+    _place_short_rows(result, short_rows, trailing_starts)
     _parse_legends(lines, index, result, ref)
     _check_completeness(result)
     result.pcie_only = _pcie_only(section.command, lines, result)
@@ -277,7 +280,8 @@ def _pcie_only(command: str | None, lines: list[str], result: TopoMatrixResult) 
     return None
 
 
-def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, first_line: int) -> None:
+def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, first_line: int,
+               placing: tuple[str, list, list] | None = None) -> None:
     name = tokens[0]
     line_no = first_line + index
     source = ref(index)
@@ -309,11 +313,46 @@ def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, fir
             else:
                 result.warnings.append(f"line {line_no}: unknown path code {cleaned!r} between {name} and {col}")
         result.cells.append(MatrixCell(row=name, col=col, value=cleaned, source=source))
-    _assign_trailing(row, values, result, line_no)
-
-
-def _assign_trailing(row: EndpointRow, values: list[str], result: TopoMatrixResult, line_no: int) -> None:
     labels = list(result.trailing_labels) or (list(TRAILING_LABELS) if values else [])
+    if placing is not None and values and len(result.trailing_labels) > 1:
+        line, short_rows, trailing_starts = placing
+        words = list(re.finditer(r"\S+", line.expandtabs()))[-len(values):]
+        start = words[0].start() if [word.group() for word in words] == values else None
+        if len(values) < len(labels):
+            short_rows.append((row, values, start, line_no))
+            return
+        if start is not None:
+            trailing_starts.append(start)
+    _assign_trailing(row, values, labels, result, line_no)
+
+
+def _place_short_rows(result: TopoMatrixResult, short_rows: list[tuple], trailing_starts: list[int]) -> None:
+    """Rows with fewer values after their cells than the header has trailing columns. A cell can be empty:
+    under a cpuset (a Slurm job given `-c32`, the Kubernetes CPU manager) nvidia-smi prints no CPU Affinity
+    for the GPUs on a NUMA node the job has no CPU of, and read left to right the NUMA node would land under
+    CPU Affinity. nvidia-smi separates the columns with tabs, so the empty cell pushes the next value a tab
+    stop further than in the rows that have all their values: then the values are the columns after CPU
+    Affinity. Otherwise (no full row to compare with, or no such shift) they are read left to right, as a
+    line cut at its end is."""
+    labels = list(result.trailing_labels)
+    usual = min(trailing_starts) if trailing_starts else None
+    without_cpus = []
+    for row, values, start, line_no in short_rows:
+        empty_cpu = labels[0] == "CPU Affinity" and usual is not None and start is not None and start >= usual + 4
+        _assign_trailing(row, values, labels[1:] if empty_cpu else labels, result, line_no)
+        if empty_cpu:
+            without_cpus.append(row.name)
+    if without_cpus:
+        result.warnings.append(
+            f"{', '.join(without_cpus)} {'shows' if len(without_cpus) == 1 else 'show'} no CPU affinity: nvidia-smi "
+            "ran under a CPU set (a Slurm job, a container) with no CPU on "
+            f"{'its' if len(without_cpus) == 1 else 'their'} NUMA node, so threads feeding "
+            f"{'it' if len(without_cpus) == 1 else 'them'} run on another socket; run `nvidia-smi topo -m` outside "
+            "the job to see the host's affinities")
+
+
+def _assign_trailing(row: EndpointRow, values: list[str], labels: list[str], result: TopoMatrixResult,
+                     line_no: int) -> None:
     for label, value in zip(labels, values):
         if label == "CPU Affinity":
             row.cpu_affinity = None if value == "N/A" else value

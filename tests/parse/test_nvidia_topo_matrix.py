@@ -231,6 +231,8 @@ EVERY_FIXTURE = {
     "topo-m-k80-soc-legend-mlx4.txt": (4, ("GPU1", "GPU2", "PHB"), [None] * 4),
     "topo-m-dgx1-v100-mlx5-tabs.txt": (8, ("GPU3", "GPU7", "NV1"), [None] * 8),
     "topo-m-a100-nv12-narrow.txt": (8, ("GPU3", "GPU4", "NV12"), [0, 0, 0, 0, 1, 1, 1, 1]),
+    # inside a Slurm job's CPU set: GPU4-7 have an empty CPU Affinity, their NUMA node 1 comes first
+    "topo-m-8x-a100-slurm-cpuset-excerpt.txt": (8, ("GPU6", "GPU7", "NV12"), [0, 0, 0, 0, 1, 1, 1, 1]),
     "topo-m-h100-nv18-narrow.txt": (8, ("GPU0", "GPU7", "NV18"), [0, 0, 0, 0, 1, 1, 1, 1]),
     "topo-m-2gpu-nv2-numa-na.txt": (2, ("GPU0", "GPU1", "NV2"), [None, None]),
     "topo-m-8x4090-dual-socket-sys-tabs.txt": (8, ("GPU7", "NIC1", "SYS"), [0, 0, 0, 0, 1, 1, 1, 1]),
@@ -277,3 +279,24 @@ def test_a_topo_matrix_does_not_wake_the_rocm_smi_parser(fixtures_dir) -> None:
     assert not spec_named("rocm-smi-showtopo").may_match(text)
     rocm = "============================ Numa Nodes ============================\nGPU[0]\t\t: (Topology) Numa Node: 0"
     assert spec_named("rocm-smi-showtopo").may_match(rocm)
+
+
+def test_an_empty_cpu_affinity_under_a_cpu_set_leaves_the_numa_node_where_it_belongs() -> None:
+    # `srun -c32 nvidia-smi topo -m`: the job has no CPU on NUMA node 1, so GPU4-7 print no CPU list and the
+    # node is the first value after the cells; read left to right it was their CPU list and the node was lost
+    result = parse_fixture("topo-m-8x-a100-slurm-cpuset-excerpt.txt")
+    rows = [result.rows[f"GPU{index}"] for index in range(8)]
+    assert [row.cpu_affinity for row in rows] == ["0-15,56-71"] * 4 + [None] * 4
+    assert [row.numa_affinity for row in rows] == ["0"] * 4 + ["1"] * 4
+    assert ("GPU4, GPU5, GPU6, GPU7 show no CPU affinity: nvidia-smi ran under a CPU set (a Slurm job, a container) "
+            "with no CPU on their NUMA node") in " ".join(result.warnings)
+
+
+def test_a_row_cut_at_its_end_still_reads_left_to_right() -> None:
+    # no shift past the usual column: the missing values are the last ones (a line cut in the paste)
+    text = ("        GPU0    GPU1    CPU Affinity    NUMA Affinity   GPU NUMA ID\n"
+            "GPU0     X      NV4     0-31    0               N/A\n"
+            "GPU1    NV4      X      32-63   1\n")
+    result = topo.parse(Section(text=normalize(text), first_line=1), "cut.txt")
+    assert (result.rows["GPU1"].cpu_affinity, result.rows["GPU1"].numa_node) == ("32-63", 1)
+    assert not any("no CPU affinity" in warning for warning in result.warnings)
