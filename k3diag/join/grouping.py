@@ -137,11 +137,10 @@ def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
     count_reason = _count_conflict(a, b) or _count_conflict(b, a)
     if count_reason:
         reasons.append(count_reason)
-    for attr, what in (("gpu_numa_affinities", "NUMA"), ("gpu_cpu_affinities", "CPU")):
-        affinity_reason = _affinity_conflict(getattr(a, attr), getattr(b, attr), what)
-        if affinity_reason:
-            reasons.append(affinity_reason)
-            break
+    affinity_reason = _affinity_conflict(a.gpu_numa_affinities, b.gpu_numa_affinities, "NUMA") or \
+        _cpu_wiring_conflict(a.gpu_cpu_affinities, b.gpu_cpu_affinities)
+    if affinity_reason:
+        reasons.append(affinity_reason)
     for attr, what in (("driver_version", "driver"), ("cuda_version", "CUDA"), ("rocm_version", "ROCm")):
         fa, fb = getattr(a, attr), getattr(b, attr)
         if fa is not None and fb is not None and fa.value != fb.value:
@@ -225,6 +224,42 @@ def _bus_conflict(a: InputIdentity, b: InputIdentity) -> str | None:
                     f"is not among the {full.gpu_count.value} GPU{'' if str(full.gpu_count.value) == '1' else 's'} of the other "
                     f"({_bus_list(full)})")
     return None
+
+
+def _cpu_wiring_conflict(a: list[IdentityFact], b: list[IdentityFact]) -> str | None:
+    """A CPU listed near one GPU in one input and near none of the same GPUs in the other: the wiring
+    differs. The CPU lists themselves may differ on one machine: nvidia-smi prints them narrowed to the CPU
+    set it runs in (a Slurm job given `-c32`, a container), even empty, and SMT on or off changes them; a CPU
+    set only narrows the lists, it never moves a CPU to another GPU."""
+    owners_a, owners_b = _cpu_owners(a), _cpu_owners(b)
+    for cpu in sorted(owners_a.keys() & owners_b.keys()):
+        (gpus_a, fact_a), (gpus_b, fact_b) = owners_a[cpu], owners_b[cpu]
+        if gpus_a.isdisjoint(gpus_b):
+            return (f"different CPU wiring (CPU {cpu}: {fact_a.cite()} vs {fact_b.cite()}): a CPU set narrows "
+                    "a GPU's CPU list, it never moves a CPU to another GPU")
+    return None
+
+
+_MAX_AFFINITY_CPUS = 16_384  # a CPU list wider than any machine is a garbled cell: not a key
+
+
+def _cpu_owners(facts: list[IdentityFact]) -> dict[int, tuple[set[str], IdentityFact]]:
+    """CPU -> the GPUs whose affinity lists it (and the first such fact, to quote)."""
+    owners: dict[int, tuple[set[str], IdentityFact]] = {}
+    for fact in facts:
+        gpu, _, listed = fact.value.partition("=")
+        spans = []
+        for part in listed.split(","):
+            low, _, high = part.partition("-")
+            if not (low.isdigit() and (high.isdigit() or not high)):
+                break
+            spans.append((int(low), int(high or low)))
+        else:
+            if sum(high - low + 1 for low, high in spans) <= _MAX_AFFINITY_CPUS:
+                for low, high in spans:
+                    for cpu in range(low, high + 1):
+                        owners.setdefault(cpu, (set(), fact))[0].add(gpu)
+    return owners
 
 
 def _affinity_conflict(a: list[IdentityFact], b: list[IdentityFact], what: str) -> str | None:

@@ -338,13 +338,14 @@ def test_a_fleet_drain_list_names_real_hosts_only(tmp_path: Path) -> None:
 
 def test_two_machines_matrices_in_one_file_get_the_fix_that_separates_them(tmp_path: Path) -> None:
     # `for h in gpu01 gpu02; do ssh $h nvidia-smi topo -m; done > all.txt`: no host is named. Two boxes wired
-    # to other CPUs (H100 on CPUs 0-51, 4090 on 0-15) are now told apart by their affinity columns.
+    # to other CPUs are now told apart by their affinity columns: CPU 52 is GPU4's in the H100 box and GPU0's
+    # in the 4090 box (a CPU set only narrows the lists; it never moves a CPU to another GPU).
     h100 = (FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt").read_text()
     both = tmp_path / "all.txt"
     both.write_text(h100 + (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_text())
     result = runner.invoke(app, ["analyze", str(both)])
     assert result.stdout.splitlines()[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
-    assert "different CPU affinity (GPU0 on CPUs 0-51 (" in result.stdout
+    assert "different CPU wiring (CPU 52: GPU4 on CPUs 52-103 (" in " ".join(result.stdout.split())
     # Matrices with the same affinities and different link cells (one box read twice, or twins) stay one
     # machine: the disagreement is flagged, and the fix says how to split the file if it holds two machines.
     twice = tmp_path / "twice.txt"

@@ -1,5 +1,6 @@
 """Two `nvidia-smi topo -m` files with the same GPU count are one machine only if every GPU hangs off the
-same CPUs and NUMA node in both: affinity is wiring. Files of one machine that differ only in link cells
+same NUMA node in both, and no CPU is near one GPU in one file and near none of the same GPUs in the other:
+that is wiring. The CPU lists themselves are not: nvidia-smi narrows them to the CPU set it runs in. Files of one machine that differ only in link cells
 (a paste cut, another driver) stay one machine with the 'Sources disagree' warning."""
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ def test_two_eight_gpu_boxes_wired_to_other_cpus_are_two_machines() -> None:
     machines, _ = load_machines([A100, H100])
     assert [len(m.gpus) for m in machines.machines] == [8, 8]
     reason = machines.inputs[1].machine_reason or ""
-    assert reason == (f"not with {A100} (nvidia-smi topo -m): different CPU affinity (GPU0 on CPUs 0-23 ({A100}:3) "
-                      f"vs GPU0 on CPUs 0-51 ({H100}:3)): a GPU's affinity is its wiring, fixed for a machine"), reason
+    # CPU 24 is GPU4's in the A100 box and GPU0's in the H100 box
+    assert reason == (f"not with {A100} (nvidia-smi topo -m): different CPU wiring (CPU 24: GPU4 on CPUs 24-47 "
+                      f"({A100}:7) vs GPU0 on CPUs 0-51 ({H100}:3)): a CPU set narrows a GPU's CPU list, it never "
+                      "moves a CPU to another GPU"), reason
     for machine in machines.machines:
         assert not [f for f in run_rules(machine) if f.id == "link-readings-disagree"]
 
@@ -42,3 +45,25 @@ def test_the_same_box_read_twice_with_a_differing_link_cell_stays_one_machine_an
     machines, _ = load_machines([A100, again])
     assert len(machines.machines) == 1
     assert [f.id for f in run_rules(machines.machines[0]) if f.id == "link-readings-disagree"]
+
+
+SLURM = NVIDIA / "topo-m-8x-a100-slurm-cpuset-excerpt.txt"  # inside `srun -c32`: CPUs 0-15,56-71 only
+
+
+def _outside_the_job(line: str) -> str:
+    """The same host's row as printed outside the job: each socket's CPUs listed (0-27,56-83 and 28-55,84-111)."""
+    if line.startswith(("GPU0", "GPU1", "GPU2", "GPU3")):
+        return line.replace("0-15,56-71", "0-27,56-83")
+    return line.replace("NODE            1 ", "NODE    28-55,84-111    1").replace(
+        "PHB             1 ", "PHB     28-55,84-111    1")
+
+
+def test_one_box_read_inside_and_outside_a_slurm_job_is_one_machine(tmp_path: Path) -> None:
+    # inside the job nvidia-smi listed only the job's CPUs, and none for GPU4-7: narrower lists, same wiring
+    outside = tmp_path / "topo-outside-the-job.txt"
+    outside.write_text("\n".join(_outside_the_job(line) for line in SLURM.read_text().splitlines()[1:]) + "\n")
+    assert "28-55,84-111" in outside.read_text()
+    machines, _ = load_machines([SLURM, outside])
+    assert len(machines.machines) == 1, [record.machine_reason for record in machines.inputs]
+    (machine,) = machines.machines
+    assert sorted({gpu.numa_node for gpu in machine.gpus.values()}) == [0, 1]
