@@ -15,12 +15,16 @@ from typing import Iterator
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """Within the block the cyclic collector does not run; afterwards it is as it was (nesting is fine)."""
+def collector_paused(freeze: bool = False) -> Iterator[None]:
+    """Within the block the cyclic collector does not run; afterwards it is as it was (nesting is fine).
+    `freeze`: what exists when the block ends is moved out of the collector's view (`gc.freeze`) before it
+    runs again, for records that live until the process exits (a command's inputs, start-up's objects)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if was_enabled:
             gc.enable()

@@ -241,29 +241,28 @@ def load_machines(paths: list[Path]) -> tuple["MachineSet", list[str]]:
     """Build one model per machine the saved evidence describes (never one model of two machines).
     Returns them and the one-sentence problems met. A bundle's manifest fills the host facts (host name,
     kernel, driver) its evidence left empty when the inputs are one machine, as `fleet` and `audit` read it."""
-    from k3diag.join.machines import apply_manifest_host, build_machines
+    from k3diag.join.machines import build_machines, machine_of_bundle
 
     manifests: list[dict] = []
     evidence, problems = evidence_from_paths(paths, manifests=manifests)
     machines = build_machines(evidence, problems)
     machines.manifests = manifests
     if not machines.several and len(manifests) == 1:
-        apply_manifest_host(machines.machines[0], manifests[0])
+        machine_of_bundle(machines, manifests[0])
     errors = [warning for record in problems for warning in record.warnings if record.format == "unknown"]
     return machines, errors
 
 
 def pick_machine(machines: "MachineSet") -> tuple[Machine, int, str]:
     """The one machine a command that judges one answers for, its index and why: with several, for one
-    bundle the machine it is of (`join.machines.bundle_machine`, as the audit chooses, the manifest's host
+    bundle the machine it is of (`join.machines.machine_of_bundle`, as the audit chooses, the manifest's host
     facts filled in), else the first. The machine's note says the others were left out."""
-    from k3diag.join.machines import apply_manifest_host, bundle_machine, manifest_hostname
+    from k3diag.join.machines import machine_of_bundle
 
     manifests = machines.manifests
     index, why = 0, "it is the first the inputs describe"
     if machines.several and len(manifests) == 1:
-        index, why = bundle_machine(machines, manifest_hostname(manifests[0]))
-        apply_manifest_host(machines.machines[index], manifests[0])
+        index, why = machine_of_bundle(machines, manifests[0])
     machine = machines.machines[index]
     if machines.several:
         others = len(machines.machines) - 1

@@ -187,7 +187,6 @@ def audit_bundle(path: Path, model: str | None = None, spec_path: Path | None = 
         for record in machines.unplaced:
             warnings.extend(f"{record.path}: {warning}" for warning in record.warnings)
         warnings.extend(f"{n.subject}: {n.message}" for n in machines.notes if n.subject != "inputs")
-    _apply_manifest(machine, bundle.manifest)
     findings = run_rules(machine)
     evidence = list(bundle.evidence)
     if note is not None:
@@ -209,11 +208,11 @@ def choose_machine(machines: Any, manifest: dict) -> tuple[Any, dict | None]:
     which input went where.
     """
     from k3diag.join.grouping import describe
-    from k3diag.join.machines import bundle_machine, manifest_hostname
+    from k3diag.join.machines import machine_of_bundle
 
+    chosen_index, why = machine_of_bundle(machines, manifest)  # the manifest's host facts filled in
     if not machines.several:
         return machines.machines[0], None
-    chosen_index, why = bundle_machine(machines, manifest_hostname(manifest))
     listing = []
     for index, candidate in enumerate(machines.machines):
         listing.append({
@@ -231,10 +230,3 @@ def choose_machine(machines: Any, manifest: dict) -> tuple[Any, dict | None]:
                 "inputs are set aside, never joined into its verdict. Ask the vendor why the bundle mixes machines.")
     return chosen, {"count": count, "audited": chosen_index + 1, "reason": why, "sentence": sentence,
                     "machines": listing, "unplaced": unplaced}
-
-
-def _apply_manifest(machine: Any, manifest: dict) -> None:
-    """Facts only the manifest knows (host name, driver version) fill what the evidence left empty."""
-    from k3diag.join.machines import apply_manifest_host
-
-    apply_manifest_host(machine, manifest)

@@ -96,7 +96,7 @@ def shape_of_bundle(path: str) -> dict:
     from k3diag.analyze.verdict import exit_code_for
     from k3diag.bundle import BundleError, read_bundle
     from k3diag.fleet.shape import evidence_from_machine
-    from k3diag.join.machines import apply_manifest_host, build_machines, bundle_machine, manifest_hostname
+    from k3diag.join.machines import build_machines, machine_of_bundle
     from k3diag.render.json_report import build_report
 
     item = FleetInput(path, "bundle")
@@ -107,9 +107,8 @@ def shape_of_bundle(path: str) -> dict:
     # A bundle is one node: when its files describe several machines (a vendor's mix), the node is the
     # machine the audit and `check --from` answer for, and the others' findings are never counted as its own.
     machines = build_machines(bundle.evidence)
-    index, why = bundle_machine(machines, manifest_hostname(bundle.manifest))
+    index, why = machine_of_bundle(machines, bundle.manifest)
     machine = machines.machines[index]
-    apply_manifest_host(machine, bundle.manifest)
     analysis = analyze_machine(machine)
     findings = list(analysis.findings)
     if machines.several:

@@ -120,6 +120,15 @@ def bundle_machine(machines: MachineSet, hostname: str | None) -> tuple[int, str
     return index, "no input names the manifest's host and none holds a GPU inventory; it has the most inputs"
 
 
+def machine_of_bundle(machines: MachineSet, manifest: object) -> tuple[int, str]:
+    """`bundle_machine` for a bundle's manifest, with the facts only the manifest knows filled into the machine
+    chosen (`apply_manifest_host`): what `audit`, `check --from`, `fleet` and `load_machines` need of a
+    bundle, in one place."""
+    index, why = bundle_machine(machines, manifest_hostname(manifest))
+    apply_manifest_host(machines.machines[index], manifest)
+    return index, why
+
+
 def apply_manifest_host(machine: Machine, manifest: object) -> None:
     """Facts only the manifest knows (host name, kernel, OS, driver and CUDA versions) fill what the evidence
     left empty: a bundle assembled by hand, or one whose host reading failed, still names its node."""

@@ -40,14 +40,14 @@ class LineHandlers:
         if len(table) < cap:
             return True
         if key is None:
-            self.not_kept[kind] = self.not_kept.get(kind, 0) + 1
+            self.not_kept[kind] += 1
             return False
         keys = self.not_kept_keys.setdefault(kind, set())
         if key not in keys:
             if self.not_kept_held < P.MAX_NOT_KEPT_KEYS:
                 keys.add(key)
                 self.not_kept_held += 1
-                self.not_kept[kind] = self.not_kept.get(kind, 0) + 1
+                self.not_kept[kind] += 1
             else:  # too many to tell apart: the count is a lower bound from here on
                 self.not_kept_more.add(kind)
         return False
@@ -321,7 +321,7 @@ class LineHandlers:
 
     def _trees(self, raw: str, body: str, pre: str, lineno: int) -> None:
         if self.trees_kept >= P.MAX_TREES:
-            self.not_kept["tree_lines"] = self.not_kept.get("tree_lines", 0) + 1
+            self.not_kept["tree_lines"] += 1
             return
         thread = self._thread(pre)
         inst = thread.current or self._anonymous_instance(thread)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from k3diag.model.nccl import NcclNet, NcclRank
+from k3diag.parse.nccl import patterns as P
 from k3diag.model.source import SourceRef
 from k3diag.parse.nccl.facts import FactHandlers
 from k3diag.parse.nccl.fast import FastFeed
@@ -64,7 +67,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.unknown_conn = 0
         self.trees_kept = 0
         # what a bound left out, by kind (`patterns.NOT_KEPT`): counted, reported, never silent
-        self.not_kept: dict[str, int] = {}
+        self.not_kept: Counter[str] = Counter()
         # the distinct facts left out, by kind (so a fact printed by every rank counts once), at most
         # `MAX_NOT_KEPT_KEYS` in all; kinds with more than that are in `not_kept_more` (counts are lower bounds)
         self.not_kept_keys: dict[str, set] = {}
@@ -87,6 +90,13 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         from k3diag.parse.nccl.runs import RunKeeper
 
         self.keeper = RunKeeper()
+
+    def note_built(self, key: str) -> None:
+        """A run built while reading (or by another part of the file): its key kept, up to the bound."""
+        if len(self.finalized_keys) < P.MAX_FINALIZED_KEYS:
+            self.finalized_keys.add(key)
+        elif key not in self.finalized_keys:
+            self.finalized_more = True
 
     def shared(self) -> dict:
         """Process-wide facts, built once and shared by every run (a log can hold thousands of

@@ -142,7 +142,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
         unsure = sum(1 for key, at in a.threads.items()
                      if (at.current is not None or at.pending) and key not in b.threads and key not in b.adopters)
         if unsure:
-            a.not_kept["cut_threads"] = a.not_kept.get("cut_threads", 0) + unsure
+            a.not_kept["cut_threads"] += unsure
     for key, adopter in b.adopters.items():  # threads whose empty head closed, then were forgotten
         if key not in b.threads:
             b.threads[key] = Thread(host=key[0], pid=key[1], tid=key[2], dev=None, head=None, head_closed=True,
@@ -206,10 +206,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
     a.conn_overflow += over + b.conn_overflow
     a.keeper.absorb(b.keeper)
     for key in b.finalized_keys:
-        if len(a.finalized_keys) < P.MAX_FINALIZED_KEYS:
-            a.finalized_keys.add(key)
-        elif key not in a.finalized_keys:
-            a.finalized_more = True
+        a.note_built(key)
     a.finalized_more = a.finalized_more or b.finalized_more
     for proc, keys in b.finalized_procs.items():
         a.finalized_procs.setdefault(proc, set()).update(keys)
@@ -226,7 +223,7 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
         setattr(a, name, getattr(a, name) + getattr(b, name))
     for kind, number in b.not_kept.items():
         if kind not in b.not_kept_keys:  # counted per line or entry: the parts add up
-            a.not_kept[kind] = a.not_kept.get(kind, 0) + number
+            a.not_kept[kind] += number
     a.not_kept_more |= b.not_kept_more
     a.skipped_lines = sorted(a.skipped_lines + b.skipped_lines)[: P.MAX_EXAMPLES]
     a.junk_lines = sorted(a.junk_lines + b.junk_lines)[: P.MAX_EXAMPLES]

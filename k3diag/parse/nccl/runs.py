@@ -161,10 +161,7 @@ def finalize_run(parser, key: str, members: list[Instance]) -> None:
     if len(procs) > P.MAX_FINALIZED_PROCS:  # forget the oldest half: late lines come soon after init
         for proc in list(procs)[: len(procs) // 2]:
             del procs[proc]
-    if len(parser.finalized_keys) < P.MAX_FINALIZED_KEYS:
-        parser.finalized_keys.add(key)
-    elif key not in parser.finalized_keys:
-        parser.finalized_more = True
+    parser.note_built(key)
 
 
 def _finalize_complete(parser) -> None:

@@ -7,6 +7,7 @@ a 16-channel ring thus costs one record per peer, not one per channel line.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from k3diag.model.source import SourceRef
@@ -87,7 +88,7 @@ class Instance:
     ring_next: dict | None = None  # channel -> {rank: next}
     trees: dict | None = None  # (channel, rank) -> NcclTree
 
-    def absorb(self, later: "Instance", cap: int, not_kept: dict[str, int]) -> int:
+    def absorb(self, later: "Instance", cap: int, not_kept: Counter[str]) -> int:
         """Merge what a later part of the file said about the same instance, as one pass would have; what
         the bounds leave out is counted in `not_kept` (the parser's, by kind)."""
         self.complete = self.complete or later.complete
@@ -111,7 +112,7 @@ class Instance:
                 if len(self.rings) < P.MAX_RINGS_PER_INSTANCE:
                     self.rings[ch] = value
                 else:
-                    not_kept["rings"] = not_kept.get("rings", 0) + 1
+                    not_kept["rings"] += 1
         if later.ring_next:
             if self.ring_next is None:
                 self.ring_next = {}
@@ -126,7 +127,7 @@ class Instance:
                 if len(self.trees) < P.MAX_TREES_PER_INSTANCE:
                     self.trees[key] = tree
                 else:
-                    not_kept["tree_entries"] = not_kept.get("tree_entries", 0) + 1
+                    not_kept["tree_entries"] += 1
         return over
 
 
