@@ -34,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `_parallel` asks the pool how many processes it starts
+
 NODES = 32
 GPUS_PER_NODE = 8
 CHANNELS = 16
