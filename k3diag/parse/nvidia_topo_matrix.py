@@ -256,7 +256,7 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
             continue
         _parse_row(tokens, index, result, ref, section.first_line, (line, short_rows, trailing_starts))
         index += 1
-    _place_short_rows(result, short_rows, trailing_starts)
+    _place_short_rows(result, short_rows, trailing_starts, lines[header.line_index])
     _parse_legends(lines, index, result, ref)
     _check_completeness(result)
     result.pcie_only = _pcie_only(section.command, lines, result)
@@ -319,26 +319,30 @@ def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, fir
         words = list(re.finditer(r"\S+", line.expandtabs()))[-len(values):]
         start = words[0].start() if [word.group() for word in words] == values else None
         if len(values) < len(labels):
-            short_rows.append((row, values, start, line_no))
+            short_rows.append((row, values, start, line_no, line))
             return
         if start is not None:
             trailing_starts.append(start)
     _assign_trailing(row, values, labels, result, line_no)
 
 
-def _place_short_rows(result: TopoMatrixResult, short_rows: list[tuple], trailing_starts: list[int]) -> None:
+def _place_short_rows(result: TopoMatrixResult, short_rows: list[tuple], trailing_starts: list[int],
+                      header_line: str) -> None:
     """Rows with fewer values after their cells than the header has trailing columns. A cell can be empty:
     under a cpuset (a Slurm job given `-c32`, the Kubernetes CPU manager) nvidia-smi prints no CPU Affinity
     for the GPUs on a NUMA node the job has no CPU of, and read left to right the NUMA node would land under
     CPU Affinity. nvidia-smi separates the columns with tabs, so the empty cell pushes the next value a tab
     stop further than in the rows that have all their values: then the values are the columns after CPU
-    Affinity. Otherwise (no full row to compare with, or no such shift) they are read left to right, as a
-    line cut at its end is."""
+    Affinity. With no full row to compare with (every GPU outside the job's NUMA nodes, or a paste of those
+    rows only), a row whose cells stand under the header's names (`_header_cpu_column`) is compared with
+    where the header's `CPU Affinity` starts. Otherwise (no such shift, or a paste whose spacing was
+    lost) they are read left to right, as a line cut at its end is."""
     labels = list(result.trailing_labels)
     usual = min(trailing_starts) if trailing_starts else None
     without_cpus = []
-    for row, values, start, line_no in short_rows:
-        empty_cpu = labels[0] == "CPU Affinity" and usual is not None and start is not None and start >= usual + 4
+    for row, values, start, line_no, line in short_rows:
+        at = usual if usual is not None or labels[0] != "CPU Affinity" else _header_cpu_column(header_line, line)
+        empty_cpu = labels[0] == "CPU Affinity" and at is not None and start is not None and start >= at + 4
         _assign_trailing(row, values, labels[1:] if empty_cpu else labels, result, line_no)
         if empty_cpu:
             without_cpus.append(row.name)
@@ -349,6 +353,22 @@ def _place_short_rows(result: TopoMatrixResult, short_rows: list[tuple], trailin
             f"{'its' if len(without_cpus) == 1 else 'their'} NUMA node, so threads feeding "
             f"{'it' if len(without_cpus) == 1 else 'them'} run on another socket; run `nvidia-smi topo -m` outside "
             "the job to see the host's affinities")
+
+
+def _header_cpu_column(header_line: str, row_line: str) -> int | None:
+    """Where the header's `CPU Affinity` starts (tabs expanded), if the row's cells stand under the header's
+    column names as nvidia-smi's tabs put them (each cell starts within two characters of its name: ` X `
+    and `NV12` under `GPU1`); None when the paste lost that alignment (spaces squeezed, a reflowed
+    e-mail), where a position says nothing."""
+    header = header_line.expandtabs()
+    cpu_at = header.find("CPU Affinity")
+    if cpu_at < 0:
+        return None
+    names = [match.start() for match in re.finditer(r"\S+", header[:cpu_at])]
+    cells = [match.start() for match in re.finditer(r"\S+", row_line.expandtabs())][1:1 + len(names)]
+    if len(names) < 2 or len(cells) < len(names) or any(abs(cell - name) > 2 for cell, name in zip(cells, names)):
+        return None
+    return cpu_at
 
 
 def _assign_trailing(row: EndpointRow, values: list[str], labels: list[str], result: TopoMatrixResult,

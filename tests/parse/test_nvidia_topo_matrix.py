@@ -292,6 +292,22 @@ def test_an_empty_cpu_affinity_under_a_cpu_set_leaves_the_numa_node_where_it_bel
             "with no CPU on their NUMA node") in " ".join(result.warnings)
 
 
+def test_rows_that_all_lack_their_cpu_list_are_placed_by_the_header() -> None:
+    # the same output with only the rows of the GPUs outside the job's CPU set (an excerpt as people paste
+    # one): no row has all its values to compare with, so the header's `CPU Affinity` column is
+    lines = (NVIDIA / "topo-m-8x-a100-slurm-cpuset-excerpt.txt").read_text().split("\n")
+    text = "\n".join([lines[1]] + [line for line in lines if line.startswith(("GPU4", "GPU5", "GPU6", "GPU7"))])
+    result = topo.parse(Section(text=normalize(text), first_line=1), "gpu4-7.txt")
+    rows = [result.rows[f"GPU{index}"] for index in range(4, 8)]
+    assert [(row.cpu_affinity, row.numa_node) for row in rows] == [(None, 1)] * 4
+    assert "GPU4, GPU5, GPU6, GPU7 show no CPU affinity" in " ".join(result.warnings)
+    # squeezed to single spaces the positions say nothing: read left to right, as before
+    squeezed = "\n".join(" ".join(line.split()) for line in text.split("\n"))
+    result = topo.parse(Section(text=normalize(squeezed), first_line=1), "squeezed.txt")
+    assert result.rows["GPU4"].cpu_affinity == "1"
+    assert not any("no CPU affinity" in warning for warning in result.warnings)
+
+
 def test_a_row_cut_at_its_end_still_reads_left_to_right() -> None:
     # no shift past the usual column: the missing values are the last ones (a line cut in the paste)
     text = ("        GPU0    GPU1    CPU Affinity    NUMA Affinity   GPU NUMA ID\n"
