@@ -112,8 +112,9 @@ def clean_text(text: str, controls_dropped: bool = False) -> tuple[str, int]:
 
 
 def _has_controls(text: str) -> bool:
-    # Large ASCII text: a table look-up a byte (`has_c0_controls`; CONTROL_RE's characters outside
-    # ASCII cannot be in it, and a test holds its ASCII part equal to `C0_BYTES`), not a regex pass.
+    # Large ASCII text: a `memchr` search for each control character (`has_c0_controls`; CONTROL_RE's
+    # characters outside ASCII cannot be in it, and a test holds its ASCII part equal to `C0_BYTES`), not a
+    # regex pass.
     if text.isascii() and len(text) > 4096:
         return has_c0_controls(text)
     return CONTROL_RE.search(text) is not None

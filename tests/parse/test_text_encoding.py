@@ -115,7 +115,7 @@ def test_split_sections_with_prompts_never_raises(lines: list[str]) -> None:
 
 
 def test_control_characters_are_found_in_every_piece_of_a_large_ascii_text() -> None:
-    """`clean_text` looks for C0 controls in a large ASCII text a piece at a time (`bytes.translate`): one
+    """`clean_text` looks for C0 controls in a large ASCII text a piece at a time (a search for each control character): one
     at either edge of a piece, or in the short last piece, is dropped as the regex would drop it."""
     from k3diag.evidence import _CHECK_BYTES
     from k3diag.parse.text import CONTROL_RE, clean_text
