@@ -28,10 +28,14 @@ def analyze_machine(machine: Machine, tp_sizes: list[int] | None = None) -> Anal
 def _analyze(machine: Machine, tp_sizes: list[int] | None) -> Analysis:
     findings = run_rules(machine)
     recommendation = None
-    try:
-        from k3diag.analyze.planner import recommend_tp_groups
-    except ModuleNotFoundError:
-        recommend_tp_groups = None
+    recommend_tp_groups = None
+    # The planner needs two known GPUs (`pair_quality.known_gpus`: the GPU table, links, P2P statuses):
+    # inputs that name none (a PCIe listing alone) do not import it and its solvers (~6 ms).
+    if machine.gpus or machine.links or machine.p2p:
+        try:
+            from k3diag.analyze.planner import recommend_tp_groups
+        except ModuleNotFoundError:
+            recommend_tp_groups = None
     if recommend_tp_groups is not None:
         try:
             recommendation = recommend_tp_groups(machine, tp_sizes)
