@@ -55,6 +55,15 @@ class FormatSpec:
 _CSV_FIELDS = ("index", "name", "bus_id", "uuid")
 _LSPCI_HINT = (r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|LnkCap|LnkSta|ACSC|Capabilities: |Kernel driver in use|Kernel modules"
                r"|Control: I/O|Status: Cap|Bus: primary|NUMA node|Physical Slot|LnkCtl2")
+# What `nvidia_query_csv.sniff` scores: a header line (its `START_RE`: a field name it knows, then the rest of
+# the line holds a comma), or a row holding an upper-case bus id (`noheader`). `,\s*[a-z_]` alone, the hint
+# before, is in most texts: every `lspci -vv` imported and sniffed the CSV parser and `nvidia_topo_matrix`.
+_CSV_HINT = (r"(?:index|name|uuid|bus_id|timestamp|driver_version|pstate|memory\.|pcie\.link\.|utilization\.|"
+             r"temperature\.)[^\n]*,|[0-9a-f]{8}:[0-9a-f]{2}:")
+# What `kernel_cmdline.sniff` scores: `BOOT_IMAGE=` or `root=` on the line, or an IOMMU key among its tokens
+# (`IOMMU_KEYS`: `intel_iommu`, `amd_iommu`, `iommu.strict`... all hold `iommu`). `=` alone was in every
+# `lspci -vv` (`DEVSEL=fast`).
+_CMDLINE_HINT = r"BOOT_IMAGE=|root=|iommu|pcie_acs_override"
 _NCCL_TESTS_TYPES = r"int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|fp8_e4m3|fp8_e5m2|char|int|f8e4m3|f8e5m2"
 
 # Every format has a hint (a case-insensitive regex every output of it contains: a superset of what
@@ -71,7 +80,7 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r"NVSMI LOG|Product Name|GPU Link Info|PCIe Generation|Bus Id|Performance State",
                start=("NVSMI LOG",)),
     FormatSpec("nvidia-smi-query-gpu-csv", "k3diag.parse.nvidia_query_csv", "k3diag.join.merge_nvidia:merge_query_csv",
-               hint=r",\s*[a-z_]|[0-9a-f]{8}:[0-9a-f]{2}:", start=_CSV_FIELDS),
+               hint=_CSV_HINT, start=_CSV_FIELDS),
     FormatSpec("nvidia-smi-nvlink-status", "k3diag.parse.nvidia_nvlink_status", "k3diag.join.merge_fabric:merge_nvlink",
                hint=r"Link\s+\d+\s*:|all links are inactive"),
     FormatSpec("nvidia-smi-nvlink-capabilities", "k3diag.parse.nvidia_nvlink_capabilities",
@@ -92,7 +101,8 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec("lspci-vv", "k3diag.parse.lspci", "k3diag.join.merge_pci:merge_lspci", hint=_LSPCI_HINT),
     FormatSpec("lspci-tv", "k3diag.parse.lspci_tree", "k3diag.join.merge_pci:merge_lspci_tree", hint=r"[+\\]-"),
     FormatSpec("sysfs-snapshot", "k3diag.parse.sysfs_snapshot", "k3diag.join.merge_pci:merge_sysfs", hint=r"k3diag\.sysfs-snapshot/"),
-    FormatSpec("kernel-cmdline", "k3diag.parse.kernel_cmdline", "k3diag.join.merge_pci:merge_cmdline", hint=r"="),
+    FormatSpec("kernel-cmdline", "k3diag.parse.kernel_cmdline", "k3diag.join.merge_pci:merge_cmdline",
+               hint=_CMDLINE_HINT),
     FormatSpec("dmesg", "k3diag.parse.dmesg", "k3diag.join.merge_pci:merge_dmesg",
                hint=r"\[\s*\d+\.\d+\]|kernel: |NVRM: |PCIe Bus Error|AER: |DMAR: |AMD-Vi: |iommu: |pcieport |SXid \(PCI:"),
     FormatSpec("nccl-log", "k3diag.parse.nccl_log", "k3diag.join.merge_nccl:merge_nccl_log", streaming=True,
