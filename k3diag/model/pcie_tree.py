@@ -81,8 +81,10 @@ class PcieTree:
                 self.devices[device.bdf] = device
         self._by_secondary: dict[tuple[int, int], list[PciDevice]] = {}
         for device in self.devices.values():
-            if device.is_bridge and device.secondary_bus is not None and device.domain is not None:
-                self._by_secondary.setdefault((device.domain, device.secondary_bus), []).append(device)
+            if device.is_bridge and device.secondary_bus is not None:
+                domain = device.domain  # a property that parses the bus id: read once a device
+                if domain is not None:
+                    self._by_secondary.setdefault((domain, device.secondary_bus), []).append(device)
         self._narrowest: dict[tuple[int, int], PciDevice] = {}  # bus -> `_narrowest_bridge` of all
         self._parents: dict[str, str | None] = {}
         self._roles: dict[str, str | None] = {}
@@ -102,10 +104,12 @@ class PcieTree:
         if device is not None:
             if device.parent:
                 parent = normalize_bdf(device.parent)
-            elif device.domain is not None and device.bus is not None:
-                best = self._narrowest_bridge((device.domain, device.bus), bdf)
-                if best is not None:
-                    parent = best.bdf
+            else:
+                domain, bus = device.domain, device.bus  # properties that parse the bus id: read once
+                if domain is not None and bus is not None:
+                    best = self._narrowest_bridge((domain, bus), bdf)
+                    if best is not None:
+                        parent = best.bdf
         if parent == bdf:
             parent = None
         self._parents[bdf] = parent
