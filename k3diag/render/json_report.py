@@ -178,7 +178,10 @@ def _write_compact(value: Any, out: TextIO, depth: int) -> None:
 
 @cache
 def _compact_encoder() -> Callable[[Any], str]:
-    return json.JSONEncoder(separators=(",", ":"), default=_default).encode
+    # No circular-reference check: the report is a tree of fresh dicts and lists (`to_json`), and the check
+    # keeps a dict of every container's id while encoding (25,000 of them for 5,000 PCI devices: ~4% of
+    # the encoding). A cycle would still stop the encoder, with a RecursionError instead of a ValueError.
+    return json.JSONEncoder(separators=(",", ":"), default=_default, check_circular=False).encode
 
 
 def _default(value: Any) -> Any:
