@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from k3diag.gcpause import collector_paused
+
+
+@pytest.fixture(autouse=True)
+def _nothing_frozen():
+    # commands run in-process by earlier tests freeze what they loaded (`collector_paused(freeze=True)`)
+    gc.unfreeze()
+    yield
 
 
 def test_records_built_while_paused_go_to_the_oldest_generation_unscanned() -> None:
