@@ -56,9 +56,55 @@ def main() -> None:
         sys.stdout = _ReaderMayLeave(sys.stdout)
     with collector_paused(freeze=True):
         from k3diag.cli import app_for
+        from k3diag.commands import modules_for_argv
 
         application = app_for(sys.argv[1:])
-    application()
+    try:
+        application()
+    except SystemExit as exc:
+        if (isinstance(exc.code, int) or exc.code is None) and _is_the_program() \
+                and modules_for_argv(sys.argv[1:]) in _READ_ONLY_COMMANDS:
+            import atexit
+
+            # The exit (its traceback, so the frames and what they hold) goes with the handler: dropped
+            # before the handler runs, it would free all of the records first, the teardown this skips.
+            atexit.register(_leave_now, int(exc.code or 0), exc)
+        raise
+
+
+# Commands that write nothing but standard output and standard error (no file, no bundle, no child left).
+_READ_ONLY_COMMANDS = (("k3diag.commands.analyze",), ("k3diag.commands.topo",))
+
+
+def _is_the_program() -> bool:
+    """Whether this `main` is the process's own entry (`python -m k3diag`, the `k3diag` script), not a
+    function another program calls and may outlive."""
+    return getattr(sys.modules.get("__main__"), "main", None) is main
+
+
+def _leave_now(code: int, _exit: BaseException | None = None) -> None:
+    """At exit, end the process with `code` without the interpreter's teardown, when nothing is left for it.
+
+    The teardown frees every object one by one: after a 5,000-device `lspci -vv` some 150,000 records and
+    a 25 MB text (~47 M instructions, 1.4% of the run), only for the memory to be returned when the process
+    ends anyway. Registered last, this runs first of the `atexit` handlers, after everything else the
+    program ran; it ends the process only when it is the one handler (a temporary folder's clean-up or a
+    process pool registers another), no other thread runs, k3diag is still the program (a `runpy` caller
+    that caught the exit and went on ends as it would) and standard output and error flush cleanly.
+    Otherwise the usual exit follows, with the same code."""
+    import atexit
+    import threading
+
+    pending = getattr(atexit, "_ncallbacks", None)  # CPython's count of registered handlers, this one included
+    if pending is None or pending() != 1 or threading.active_count() > 1 or not _is_the_program():
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:  # noqa: BLE001 - the usual exit reports it as it always did
+        return
+    os._exit(code)
 
 
 if __name__ == "__main__":
