@@ -34,6 +34,8 @@ _NUMERIC_LEVELS = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS", "
 
 @dataclass
 class GdrPair:
+    """One GPU and network NIC pair: whether GPUDirect RDMA can be used between them, and why."""
+
     gpu: int
     nic: str  # the endpoint name as the topology shows it ("NIC0", "mlx5_0")
     device: str  # the RDMA device name (mlx5_0) when known, else the endpoint name
@@ -50,6 +52,8 @@ class GdrPair:
 
 @dataclass
 class GdrReport:
+    """GPUDirect RDMA for every GPU and network NIC pair of a machine, and whether it is possible at all."""
+
     possible: bool | None  # peer memory or DMA-BUF present (None: nobody looked)
     possible_reason: str
     level: str

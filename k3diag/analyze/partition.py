@@ -110,6 +110,8 @@ def _canonical(groups: Sequence[Sequence[int]]) -> list[list[int]]:
 
 @dataclass
 class _Node:
+    """A cluster of the single-linkage dendrogram: its GPUs and the clusters merged into it."""
+
     members: list[int]
     children: list["_Node"] = field(default_factory=list)
 

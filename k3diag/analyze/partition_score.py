@@ -25,6 +25,8 @@ class PartitionScore:
 
 @dataclass
 class PartitionResult:
+    """A partition of the GPUs into groups of one size, its score, and how it was found."""
+
     groups: list[list[int]]
     leftover: list[int]  # GPUs in no group when the size does not divide the count
     score: PartitionScore

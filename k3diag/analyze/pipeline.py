@@ -14,6 +14,8 @@ from k3diag.model.shared import reading
 
 @dataclass
 class Analysis:
+    """What the analysis of one machine hands the renderers: findings, TP recommendation, verdict."""
+
     machine: Machine
     findings: list[Finding]
     recommendation: Any | None

@@ -41,6 +41,8 @@ MODEST_SLOWDOWN = 0.8
 
 @dataclass
 class TpRecommendation:
+    """The best grouping of the GPUs at each TP size, with the slowest link of each and why."""
+
     gpus: list[int]
     groups: dict[int, list[list[int]]]  # tp size -> partition of the GPUs into groups of that size
     worst_link: dict[int, str | None]  # tp size -> path code of the slowest link inside any group

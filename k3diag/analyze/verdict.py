@@ -32,6 +32,8 @@ AMD_TOPO_COMMAND = "amd-smi topology || rocm-smi --showtopo"  # one runnable lin
 
 @dataclass
 class Verdict:
+    """The one-line answer of a report: how good the machine is, its exit status, what is missing."""
+
     level: str  # good | usable | poor | faulty | unknown | none
     text: str
     best_tp: int | None

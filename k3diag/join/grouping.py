@@ -34,6 +34,8 @@ class Member:
 
 @dataclass
 class Group:
+    """The inputs placed on one machine, and what they say about its identity together."""
+
     members: list[Member] = field(default_factory=list)
     identity: InputIdentity = field(default_factory=InputIdentity)
 

@@ -90,6 +90,8 @@ class FabricManagerEvent:
 
 @dataclass
 class FabricManagerFacts:
+    """What the NVIDIA Fabric Manager's status and log say: whether it runs, its versions, its events."""
+
     running: bool | None = None  # systemctl Active: line; None when no status was given
     version: str | None = None  # fabric manager's own version when a line says it
     driver_interface_version: str | None = None  # from the version-mismatch line
@@ -173,6 +175,9 @@ class PeerMemory:
 
 @dataclass
 class FabricFacts:
+    """The NVLink fabric and RDMA side of a machine: NVLink readings, GPU fabric states, Fabric Manager,
+    InfiniBand ports, peer memory, and the errors that say the fabric was not ready."""
+
     nvlinks: list[NvLinkReading] = field(default_factory=list)
     # GPUs for which `nvlink -s` printed "all links are inActive" (B200 with the fabric down).
     nvlinks_all_inactive: dict[int, SourceRef] = field(default_factory=dict)

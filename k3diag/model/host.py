@@ -9,6 +9,8 @@ from k3diag.model.source import SourceRef
 
 @dataclass
 class NumaNode:
+    """One NUMA node: its CPUs and memory, as the kernel lists them."""
+
     id: int
     cpus: str | None = None  # cpulist as the kernel prints it: "0-31,64-95"
     memory_total_kib: int | None = None
@@ -20,6 +22,8 @@ class NumaNode:
 
 @dataclass
 class CpuPackage:
+    """One CPU package (socket): its model and CPUs."""
+
     id: int
     model: str | None = None
     cpus: str | None = None
@@ -31,6 +35,9 @@ class CpuPackage:
 
 @dataclass
 class HostInfo:
+    """The host itself: name, kernel, OS, CPUs and memory, driver and CUDA versions, kernel command line,
+    IOMMU mode and whether it runs virtualized."""
+
     hostname: str | None = None
     kernel: str | None = None
     os: str | None = None

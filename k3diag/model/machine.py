@@ -65,6 +65,8 @@ class Note:
 
 @dataclass
 class Machine:
+    """Everything the inputs say about one machine: the model every rule and renderer reads."""
+
     host: HostInfo = field(default_factory=HostInfo)
     gpus: dict[int, Gpu] = field(default_factory=dict)
     nics: dict[str, Nic] = field(default_factory=dict)

@@ -55,6 +55,8 @@ def format_speed(speed_gts: float | None) -> str:
 
 @dataclass
 class PciLink:
+    """A device's PCIe link: what it can do (LnkCap), what it runs at (LnkSta), and the lines that said so."""
+
     cap_speed_gts: float | None = None
     cap_width: int | None = None
     sta_speed_gts: float | None = None
@@ -98,6 +100,8 @@ class PciLink:
 
 @dataclass
 class Acs:
+    """A port's Access Control Services: the flags it supports (ACSCap) and those turned on (ACSCtl)."""
+
     cap: dict[str, bool] = field(default_factory=dict)
     ctl: dict[str, bool] = field(default_factory=dict)
     source: SourceRef | None = None  # the ACSCtl line (or the config file it was decoded from)
@@ -114,6 +118,8 @@ class Acs:
 
 @dataclass
 class PciDevice:
+    """One PCI function as `lspci -vv`, sysfs or a config-space dump describes it."""
+
     bdf: str | None  # normalized 0000:bb:dd.f; None for a header-less excerpt
     description: str | None = None
     class_name: str | None = None

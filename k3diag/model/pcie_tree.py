@@ -61,6 +61,8 @@ class Hop:
 
 @dataclass
 class PairPath:
+    """The PCIe path between two devices, classed as `nvidia-smi topo -m` classes it, and why."""
+
     a: str
     b: str
     path: str | None  # PIX | PXB | PHB | NODE | SYS | None when the evidence cannot tell

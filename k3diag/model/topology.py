@@ -48,6 +48,8 @@ def path_rank(path: str | None) -> int:
 
 @dataclass
 class PcieLinkState:
+    """A GPU's PCIe generation and width, current and maximum, as `nvidia-smi -q` or NVML reports them."""
+
     gen_current: int | None = None
     gen_max: int | None = None
     width_current: int | None = None
@@ -70,6 +72,8 @@ class PcieLinkState:
 
 @dataclass
 class Gpu:
+    """One GPU, by its index on this machine, with what the inputs say about it."""
+
     index: int
     name: str | None = None
     vendor: str | None = None  # "NVIDIA" | "AMD"
@@ -105,6 +109,8 @@ class Gpu:
 
 @dataclass
 class Nic:
+    """One network device, by the name a source gives it (`mlx5_0`, or `NIC0` in `nvidia-smi topo -m`)."""
+
     name: str  # as the source names it: "mlx5_0" or "NIC0"
     device: str | None = None  # NIC legend: NIC0 -> mlx5_0
     numa_node: int | None = None
@@ -193,6 +199,8 @@ P2P_STATUS_MEANING: dict[str, str] = {
 
 @dataclass
 class P2PStatus:
+    """One cell of `nvidia-smi topo -p2p`: whether `src` can reach `dst` with one P2P capability."""
+
     src: str
     dst: str
     capability: str  # one of P2P_CAPABILITIES

@@ -21,6 +21,8 @@ HYPERVISOR_VENDORS = ("qemu", "kvm", "vmware", "xen", "microsoft corporation", "
 
 @dataclass(frozen=True)
 class VirtualSign:
+    """One sign that the machine is a VM or a container, with where it was seen."""
+
     kind: str  # VM | CONTAINER
     what: str  # a sentence fragment: "NUMA affinity 0-1 on every GPU (nvidia-smi topo -m)"
     source: SourceRef | None = None

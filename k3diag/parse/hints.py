@@ -44,6 +44,8 @@ def fold(text: str) -> str:
 
 @dataclass(frozen=True)
 class _Alternative:
+    """One top-level alternative of a hint, with the literals any match of it contains."""
+
     source: str  # the alternative's own regex text
     # what every match contains (see `required_literals`), the most telling clause first
     clauses: tuple[tuple[str, ...], ...]
@@ -56,6 +58,8 @@ class _Alternative:
 
 @dataclass(frozen=True)
 class Hint:
+    """A format's hint, split into its alternatives (`compiled_hint`)."""
+
     alternatives: tuple[_Alternative, ...]
 
     def search(self, text: str, folded: str) -> bool:

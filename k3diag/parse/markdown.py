@@ -86,6 +86,8 @@ def _has_table(head: str) -> bool:
 
 @dataclass(frozen=True)
 class CodeBlock:
+    """The content of one fenced code block of a Markdown document."""
+
     first_line: int  # 1-based line of the document where the block's content starts
     text: str
 

@@ -25,6 +25,8 @@ from k3diag.parse.hints import compiled_hint, fold
 
 @dataclass(frozen=True)
 class FormatSpec:
+    """One format k3diag reads: its parser and merger modules, and how it is recognized."""
+
     name: str
     parser: str
     merger: str
