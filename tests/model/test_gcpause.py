@@ -6,13 +6,15 @@ import gc
 
 import pytest
 
+from k3diag import gcpause
 from k3diag.gcpause import collector_paused
 
 
 @pytest.fixture(autouse=True)
-def _nothing_frozen():
+def _nothing_frozen(monkeypatch):
     # commands run in-process by earlier tests freeze what they loaded (`collector_paused(freeze=True)`)
     gc.unfreeze()
+    monkeypatch.setattr(gcpause, "_froze", False)
     yield
 
 
@@ -64,3 +66,16 @@ def test_nested_pauses_leave_the_collector_as_it_was() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_a_command_froze_stays_frozen_and_is_not_counted_again() -> None:
+    with collector_paused(freeze=True):
+        kept = [[index] for index in range(100)]
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with collector_paused():
+            records = [[index] for index in range(100)]
+        assert gc.get_freeze_count() == frozen and len(records) == len(kept)
+    finally:
+        gc.unfreeze()
