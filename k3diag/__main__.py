@@ -22,12 +22,18 @@ class _ReaderMayLeave:
         except BrokenPipeError:
             self._reader_left()
             return len(data)
+        except OSError as exc:
+            self._reader_left()  # what is still buffered must not fail again at exit
+            raise OutputFailed(exc) from None
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:
             self._reader_left()
+        except OSError as exc:
+            self._reader_left()
+            raise OutputFailed(exc) from None
 
     @property
     def buffer(self):
@@ -45,6 +51,49 @@ class _ReaderMayLeave:
         return getattr(self._stream, name)
 
 
+class OutputFailed(Exception):
+    """Standard output could not be written for another reason than a reader that left: `> report.json` on a
+    full disk (ENOSPC), `>/dev/full`, a descriptor opened read-only. Not an OSError, so click does not take
+    it for its own broken-pipe case; `main` says so in one sentence and exits EX_IOERR."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _ClosedOutput:
+    """Standard output when the process was started with it closed (`k3diag analyze x >&-`): a command that
+    writes nothing there runs as usual; the first write is `OutputFailed`, not an AttributeError on None."""
+
+    encoding = "utf-8"
+
+    def write(self, data):
+        import errno
+
+        raise OutputFailed(OSError(errno.EBADF, "it is closed"))
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def buffer(self) -> "_ClosedOutput":
+        return self
+
+
+def _say_output_failed(error: OSError) -> None:
+    words = [word for word in sys.argv[1:2] if not word.startswith("-")]
+    reason = error.strerror or str(error)
+    try:
+        sys.stderr.write(f"{' '.join(['k3diag'] + words)}: could not write to standard output ({reason}); "
+                         "what it shows is incomplete\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # standard error is gone too: the exit code is all that is left to say it
+
+
 def main() -> None:
     # Start-up creates some 100,000 objects that live until exit (modules, classes, typer's command tree);
     # the cyclic collector scans them again on every older-generation pass, ~8 ms of a 150 ms run, and
@@ -52,7 +101,9 @@ def main() -> None:
     # cost nothing more, and the collector works as usual on what the command itself allocates.
     from k3diag.gcpause import collector_paused
 
-    if sys.stdout is not None and hasattr(sys.stdout, "fileno"):
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()
+    elif hasattr(sys.stdout, "fileno"):
         sys.stdout = _ReaderMayLeave(sys.stdout)
     with collector_paused(freeze=True):
         from k3diag.cli import app_for
@@ -60,7 +111,13 @@ def main() -> None:
 
         application = app_for(sys.argv[1:])
     try:
-        application()
+        try:
+            application()
+        except OutputFailed as failed:
+            from k3diag.exit_codes import EXIT_IOERR
+
+            _say_output_failed(failed.error)
+            raise SystemExit(EXIT_IOERR) from None
     except SystemExit as exc:
         if (isinstance(exc.code, int) or exc.code is None) and _is_the_program() \
                 and modules_for_argv(sys.argv[1:]) in _READ_ONLY_COMMANDS:
