@@ -217,7 +217,11 @@ class FastFeed:
                 skipped = dropped = 0
                 if kind is _CUT:
                     counted += 1
-                    self._read(body, head, pre, lineno + index)
+                    text = body.decode()
+                    if text.startswith(_COMM_STARTS):  # what `_read` does, without the call
+                        self._comm(head + text, text.rstrip(), pre, lineno + index)
+                    else:
+                        self._info(head + text, text.rstrip(), pre, lineno + index)
                 else:
                     self._feed_selected(((lineno + index, head + body.decode()),))
                 start = index + 1
