@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nccl_equivalence import canon as _canon
 from nccl_equivalence import exact
 
-from k3diag.parse.nccl import handlers, parse_bytes
+from k3diag.parse.nccl import fast, handlers, parse_bytes
 
 BODIES = [
     "ncclCommInitRank comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} commId 0x{cid} - Init START",
@@ -174,4 +174,15 @@ def test_a_block_opening_with_glued_records_names_the_host_on_the_first_record()
     the first alone as where the host was seen; the bulk path quoted the whole line."""
     text = _log(109, 1, 1, False)
     assert text.startswith("h0:100:200 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC  h0:100:200")
+    assert _canon(parse_bytes(text.encode("utf-8"), "mix.log")) == _exact(text)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 1 << 30), st.integers(1, 12), st.integers(1, 40), st.booleans())
+def test_every_run_read_in_bulk_whatever_its_length(monkeypatch, seed: int, threads: int, runs: int,
+                                                    interleave: bool) -> None:
+    """A run of one line or of a few long ones goes to the bulk reader too (`fast.LONG_RUN_BYTES`: its lines
+    are not counted first): with every run sent there, the result is still the per-line path's."""
+    monkeypatch.setattr(fast, "LONG_RUN_BYTES", 0)
+    text = _log(seed, threads, runs, interleave)
     assert _canon(parse_bytes(text.encode("utf-8"), "mix.log")) == _exact(text)

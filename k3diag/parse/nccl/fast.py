@@ -26,6 +26,9 @@ from k3diag.parse.nccl.state import ConnAgg, channel_code
 from k3diag.parse.text import strip_ansi
 
 MIN_BLOCK_LINES = 8  # shorter runs of one header are not worth the set-up: exact path
+# a run this long is read in bulk whatever its number of lines: counting them is a pass over its bytes
+# (about 5 instructions a byte), and the split that reads it gives the count anyway
+LONG_RUN_BYTES = 2048
 SHORT_RUNS_BEFORE_SKIP = 32  # an interleaved stretch: stop looking for runs for a while
 SKIP_BYTES = 256 << 10
 # where init output (the next rank's block) resumes after a stretch of short runs
@@ -122,8 +125,7 @@ class FastFeed:
                 pos = n if nl < 0 else nl + 1
                 continue
             end = found.end()
-            nlines = chunk.count(b"\n", pos, end)
-            if nlines < MIN_BLOCK_LINES:
+            if end - pos < LONG_RUN_BYTES and chunk.count(b"\n", pos, end) < MIN_BLOCK_LINES:
                 pos = end
                 short += 1
                 if short >= SHORT_RUNS_BEFORE_SKIP:
@@ -140,7 +142,7 @@ class FastFeed:
             jumped = False
             if exact_from < pos:
                 lineno = self._exact_bytes(chunk[exact_from:pos], lineno)
-            lineno = self._block(chunk[pos:end], found.group(1), nlines, lineno, clean)
+            lineno = self._block(chunk[pos:end], found.group(1), lineno, clean)
             exact_from = pos = end
         if exact_from < n:
             lineno = self._exact_bytes(chunk[exact_from:], lineno)
@@ -157,8 +159,8 @@ class FastFeed:
                   if len(lines) > _FEW else NO_ESC)  # `feed_bytes` dropped the colour codes
         return lineno + (self.lines_total - before)
 
-    def _block(self, block: bytes, prefix: bytes, nlines: int, lineno: int, clean: bool) -> int:
-        """One thread's run of `nlines` lines, all beginning with `prefix` (`... NCCL INFO `)."""
+    def _block(self, block: bytes, prefix: bytes, lineno: int, clean: bool) -> int:
+        """One thread's run of lines, all beginning with `prefix` (`... NCCL INFO `)."""
         if (not clean and (not block.isascii() or b"\x00" in block or b"\r" in block)) \
                 or prefix.count(b" NCCL ") != 1 or any(map(prefix.__contains__, _HEAD_WORDS)):
             return self._exact_bytes(block, lineno)
@@ -166,6 +168,7 @@ class FastFeed:
         # the line starts only (a glued record of the same thread inside a line stays as it is), with no
         # copy of the block made first
         lines = block.split(b"\n" + prefix)
+        nlines = len(lines)  # no line holds a newline: one piece per line, the last ending with one
         lines[0] = lines[0][len(prefix):]
         lines[-1] = lines[-1][:-1]  # the block ends with a newline
         lines.append(b"")  # sentinel
@@ -295,13 +298,15 @@ class FastFeed:
             plan = plans.get(stretch)
             if plan is None:
                 plan = self._plan(conn)
-                # bounded by the bytes the keys hold, so the memory does not depend on the log
-                size = sum(map(len, conn))
-                self._plan_bytes += size
-                if self._plan_bytes > MAX_PLANNED_BYTES:
-                    plans.clear()
-                    self._plan_bytes = size
-                plans[stretch] = plan
+                # bounded by the bytes the keys hold, so the memory does not depend on the log; a line longer
+                # than any cache keeps (`patterns.MAX_CACHED_TEXT`) is not one that recurs
+                if max(map(len, conn)) <= P.MAX_CACHED_TEXT:
+                    size = sum(map(len, conn))
+                    self._plan_bytes += size
+                    if self._plan_bytes > MAX_PLANNED_BYTES:
+                        plans.clear()
+                        self._plan_bytes = size
+                    plans[stretch] = plan
         if plan is False:
             return False
         inst = thread.current
