@@ -94,12 +94,14 @@ class LineFeed:
         tail_of = tails.get
         dropped = 0
         for lineno, raw in numbered:
-            k = raw.find(mark)
-            if k >= 0:
-                known = tail_of(raw[k:])
+            # one `partition` (its argument taken as is) rather than `find` and two slices: `find` parses its
+            # optional arguments from a format string on every call
+            pre, marked, rest = raw.partition(mark)
+            if marked:
+                known = tail_of(rest)
                 if known is not None:
-                    # a connection line whose text (from its mark on) was read before: only its thread is new
-                    thread = threads_get(raw[:k])
+                    # a connection line whose text (after its mark) was read before: only its thread is new
+                    thread = threads_get(pre)
                     if thread is not None:
                         dropped += 1
                         if thread.host not in hosts:
@@ -109,7 +111,7 @@ class LineFeed:
                         if agg is not None:
                             agg.codes.add(known[0])
                         else:
-                            conn_line(thread, raw[k + 11 :], raw, lineno)
+                            conn_line(thread, rest[5:], raw, lineno)
                         continue
             else:
                 if raw.startswith("NCCL INFO ") or raw.startswith("NCCL WARN "):
@@ -117,23 +119,22 @@ class LineFeed:
                 else:
                     self._other(raw, lineno)
                 continue
-            tag = raw[k + 6 : k + 15]
+            tag = rest[:9]
             action = actions.get(tag)
             if action is None:
                 if not tag.startswith("INFO") or raw.find(" -> ", len(raw) - 16) >= 0:
                     # WARN, version, garbled records; or an error trace `misc/socket.cc:567 -> 2`.
-                    record(raw, k, lineno)
+                    record(raw, len(pre), lineno)
                 elif tag[5:6].isdigit() and P.COUNT_TAG_NEEDS in raw:
-                    record(raw, k, lineno)
+                    record(raw, len(pre), lineno)
                 else:
                     dropped += 1
-                    thread = threads_get(raw[:k])
+                    thread = threads_get(pre)
                     if thread is None or thread.host not in hosts:
-                        note_host(raw, k, lineno)
+                        note_host(raw, len(pre), lineno)
             elif action == 1:
-                body = raw[k + 11 :]
+                body = rest[5:]
                 if " via " in body:
-                    pre = raw[:k]
                     thread = threads_get(pre)
                     if thread is None:
                         thread = self._thread(pre)
@@ -145,30 +146,29 @@ class LineFeed:
                     if thread.host not in hosts:
                         host_seen(thread, lineno, raw)
                     # most lines repeat a known head and rest for a key the instance has: one more code
-                    head, _, rest = body.partition(" : ")
+                    head, _, conn_rest = body.partition(" : ")
                     code = head_codes(head)
                     if code is not None:
-                        parsed = rests(rest)
+                        parsed = rests(conn_rest)
                         if parsed.__class__ is tuple:
                             inst = thread.current
-                            tail = raw[k:]
-                            P.remember(tails, tail, (code[1], parsed[0]), P.MAX_REST_CACHE, tail)
+                            P.remember(tails, rest, (code[1], parsed[0]), P.MAX_REST_CACHE, rest)
                             agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
                             if agg is not None:
                                 agg.codes.add(code[1])
                                 continue
                     conn_line(thread, body, raw, lineno)
                     continue
-                record(raw, k, lineno)
+                record(raw, len(pre), lineno)
             else:
                 need = P.TAG_NEEDS.get(tag)
                 if need is None or need in raw:
-                    record(raw, k, lineno)
+                    record(raw, len(pre), lineno)
                 else:
                     dropped += 1
-                    thread = threads_get(raw[:k])
+                    thread = threads_get(pre)
                     if thread is None or thread.host not in hosts:
-                        note_host(raw, k, lineno)
+                        note_host(raw, len(pre), lineno)
         self.lines_nccl += dropped
 
     def _note_host(self, raw: str, k: int, lineno: int) -> None:

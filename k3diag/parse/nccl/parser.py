@@ -25,7 +25,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.orphans: dict[tuple, dict] = {}  # (host, pid) -> {ConnKey: ConnAgg}
         self.head_cache: dict[str, tuple] = {}
         self.rest_cache: dict[str, object] = {}
-        # ` NCCL INFO Channel ...` (a line from its record mark on) -> (channel code, connection key), for
+        # `INFO Channel ...` (a line after its record mark ` NCCL `) -> (channel code, connection key), for
         # the plain connection lines read before: the same text recurs in every job and TP group
         self.conn_tails: dict[str, tuple] = {}
         self.conn_overflow = 0
