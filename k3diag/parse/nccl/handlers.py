@@ -200,15 +200,18 @@ class LineHandlers:
             self.lines_nccl += 1
             pre = raw[:k]
             thread = self.prefix_cache.get(pre) or self._thread(pre)
-            self._host_seen(thread, lineno, raw)
+            if thread.host not in self.hosts_seen:
+                self._host_seen(thread, lineno, raw)
             body = raw[k + 11 :].rstrip()
             tag = body[:4]
-            if (tag in P.ONCE_TAGS or tag[:1].isdigit()) and P.read_once(body):
-                # every rank prints its host's network and environment: the first of each is the fact
+            if tag in P.ONCE_TAGS or tag[:1].isdigit():
+                # every rank prints its host's network and environment: the first of each is the fact. Only
+                # texts that `read_once` allows are remembered, so a remembered one need not be asked again
                 key = (thread.host, body)
                 if key in self.once_read:
                     return
-                P.remember(self.once_read, key, True, P.MAX_ONCE, body)
+                if P.read_once(body):
+                    P.remember(self.once_read, key, True, P.MAX_ONCE, body)
             self._info(raw, body, pre, lineno)
         elif level == "WARN":
             self.lines_nccl += 1
