@@ -186,3 +186,38 @@ def test_every_run_read_in_bulk_whatever_its_length(monkeypatch, seed: int, thre
     monkeypatch.setattr(fast, "LONG_RUN_BYTES", 0)
     text = _log(seed, threads, runs, interleave)
     assert _canon(parse_bytes(text.encode("utf-8"), "mix.log")) == _exact(text)
+
+
+def _kind_of_bytes(body: bytes) -> str:
+    """`fast._kind` as first written, on the bytes themselves: what the text version must keep giving."""
+    if b": opCount " in body:
+        return fast._COLL
+    tag = body[:4]
+    action = {tag[5:].encode(): action for tag, action in handlers.P.TAG_ACTIONS.items()}.get(tag)
+    if action is None:
+        if len(body) < 16 or body.startswith(b"-> ") or body.find(b" -> ", len(body) - 16) >= 0:
+            return fast._EXACT
+        if not (tag[:1].isdigit() and handlers.P.COUNT_TAG_NEEDS.encode() in body):
+            return fast._DROPPED
+    elif action == 1:
+        return fast._EXACT
+    else:
+        need = {tag[5:].encode(): need.encode() for tag, need in handlers.P.TAG_NEEDS.items()}.get(tag)
+        if need is not None and need not in body:
+            return fast._DROPPED
+    if b"comm 0x" in body:
+        return fast._CUT
+    if handlers.P.read_once(body.decode()):
+        return fast._ONCE
+    return fast._READ
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(BODIES) - 1), st.integers(0, 1 << 30), st.sampled_from(["", " ", "  x", " -> 2", " : opCount 1"]))
+def test_the_kind_of_a_line_read_as_text_is_the_kind_read_as_bytes(index: int, seed: int, tail: str) -> None:
+    rng = random.Random(seed)
+    fields = dict(rank=rng.randrange(8), dev=rng.randrange(8), n=8, ptr="55d0", cid="abc", bus="1b000",
+                  ch=rng.randrange(4), peer=1, pdev=1, nic=rng.randrange(3))
+    body = (BODIES[index].format(**fields) + tail).encode()
+    for cut in (len(body), rng.randrange(len(body) + 1)):
+        assert fast._kind(body[:cut]) == _kind_of_bytes(body[:cut])

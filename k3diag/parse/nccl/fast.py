@@ -18,7 +18,7 @@ or non-ASCII bytes, so the result is the same as reading every line.
 from __future__ import annotations
 
 from itertools import compress, count, repeat
-from operator import contains, itemgetter
+from operator import itemgetter
 
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl.lines import _BATCH_WORDS, _FEW, _UNKNOWN, _UNPARSED, NO_ESC
@@ -35,15 +35,17 @@ SKIP_BYTES = 256 << 10
 _INIT_AHEAD = b" NCCL INFO ncclCommInitRank comm "
 _HEAD = itemgetter(0)
 _REST = itemgetter(2)
+_MIDDLE = itemgetter(1)
 _SEP = b" : "
 _VIA = b" via "
 _CHAN = b"Chan"
-_CONN_TAGS = (b"Chan", b"Ring")  # what the exact path reads as a connection line (`patterns.CONN_TAGS`)
 _OPCOUNT = b": opCount "
 _INVALID = -1
 _TAG_ACTIONS = {tag[5:].encode(): action for tag, action in P.TAG_ACTIONS.items()}  # by the body's first 4 bytes
 _TAG_NEEDS = {tag[5:].encode(): need.encode() for tag, need in P.TAG_NEEDS.items()}
 _COUNT_NEEDS = P.COUNT_TAG_NEEDS.encode()
+_TEXT_TAG_ACTIONS = {tag[5:]: action for tag, action in P.TAG_ACTIONS.items()}  # the same, for `_kind`'s text
+_TEXT_TAG_NEEDS = {tag[5:]: need for tag, need in P.TAG_NEEDS.items()}
 MAX_KINDS = 20_000
 _COMM_STARTS = ("ncclCommInitRank comm 0x", "comm 0x")  # the communicator lines `_info` sends to `_comm`
 # `_fold` remembers the plan of a stretch of `Channel` lines up to this many lines, and keeps at most this
@@ -59,24 +61,27 @@ _DROPPED, _COLL, _EXACT, _ONCE, _READ, _CUT = "dropped", "coll", "exact", "once"
 def _kind(body: bytes) -> str:
     """The dispatch of `lines._feed_selected` for an INFO line whose header holds none of `_HEAD_WORDS`:
     `_EXACT` lines go there (and, like `_CUT` lines, end the stretch folded before them)."""
-    if _OPCOUNT in body:
+    # read as text (a clean block's lines are ASCII): `in` on bytes first tries the word as an integer and
+    # clears the TypeError, ~6 times the cost of the same search in a str
+    text = body.decode()
+    if ": opCount " in text:
         return _COLL
-    tag = body[:4]
-    action = _TAG_ACTIONS.get(tag)
+    tag = text[:4]
+    action = _TEXT_TAG_ACTIONS.get(tag)
     if action is None:
-        if len(body) < 16 or body.startswith(b"-> ") or body.find(b" -> ", len(body) - 16) >= 0:
+        if len(text) < 16 or text.startswith("-> ") or text.find(" -> ", len(text) - 16) >= 0:
             return _EXACT  # an error trace `misc/socket.cc:567 -> 2`, or a line too short to tell
-        if not (tag[:1].isdigit() and _COUNT_NEEDS in body):
+        if not (tag[:1].isdigit() and P.COUNT_TAG_NEEDS in text):
             return _DROPPED
     elif action == 1:
         return _EXACT  # `Ring ...` (2.4-2.6) or a line that only looks like one
     else:
-        need = _TAG_NEEDS.get(tag)
-        if need is not None and need not in body:
+        need = _TEXT_TAG_NEEDS.get(tag)
+        if need is not None and need not in text:
             return _DROPPED
-    if b"comm 0x" in body:
+    if "comm 0x" in text:
         return _CUT  # may start, end or adopt a communicator
-    if P.read_once(body.decode()):  # a clean block's lines are ASCII
+    if P.read_once(text):
         return _ONCE
     return _READ
 
@@ -104,6 +109,7 @@ class FastFeed:
             self._codes = _Codes()
             self._rest_bytes: dict[bytes, object] = {}
             self._kinds: dict[bytes, str] = {}
+            self._plain_prefix: dict[bytes, bool] = {}  # record header -> holds one ` NCCL ` and no `_HEAD_WORDS`
             self._plans: dict[tuple, object] = {}
             self._plan_bytes = 0
         if b"\x1b" in chunk:
@@ -161,8 +167,11 @@ class FastFeed:
 
     def _block(self, block: bytes, prefix: bytes, lineno: int, clean: bool) -> int:
         """One thread's run of lines, all beginning with `prefix` (`... NCCL INFO `)."""
-        if (not clean and (not block.isascii() or b"\x00" in block or b"\r" in block)) \
-                or prefix.count(b" NCCL ") != 1 or any(map(prefix.__contains__, _HEAD_WORDS)):
+        plain = self._plain_prefix.get(prefix)
+        if plain is None:  # a thread's header recurs on each of its runs: checked once
+            plain = prefix.count(b" NCCL ") == 1 and not any(map(prefix.__contains__, _HEAD_WORDS))
+            P.remember(self._plain_prefix, prefix, plain, P.MAX_PREFIX_CACHE, prefix)
+        if not plain or (not clean and (not block.isascii() or b"\x00" in block or b"\r" in block)):
             return self._exact_bytes(block, lineno)
         # every line begins with the prefix: cut at each line end followed by it, so the prefix goes at
         # the line starts only (a glued record of the same thread inside a line stays as it is), with no
@@ -183,16 +192,18 @@ class FastFeed:
             others.append(index)
             index = chan.index(False, index + 1)
         first = 0
-        while first < nlines and _OPCOUNT in lines[first]:
+        while first < nlines and lines[first].find(_OPCOUNT) >= 0:  # (`find`: see `_kind`)
             first += 1
         if first < nlines:
             body = lines[first]
-            if body.startswith(_CONN_TAGS) and _VIA in body and b"  " in body:
+            if (chan[first] or body[:4] == b"Ring") and body.find(_VIA) >= 0 and body.find(b"  ") >= 0:
                 # records glued on that line: the exact path splits them and quotes the first alone as
                 # where the host was seen (rare: a terminal's wrap), so it reads this block
                 return self._exact_bytes(block, lineno)
-            # the host of this thread, named first on the block's first line that is not a COLL line
-            self._host_seen(thread, lineno + first, head + body.decode())
+            # the host of this thread, named first on the block's first line that is not a COLL line (the
+            # line's text is made only for a host not seen yet)
+            if thread.host not in self.hosts_seen:
+                self._host_seen(thread, lineno + first, head + body.decode())
         bodies = list(map(lines.__getitem__, others))
         kinds = list(map(self._kinds.get, bodies))
         if None in kinds:
@@ -249,13 +260,14 @@ class FastFeed:
             conn = list(compress(lines[start:end], chan[start:end])) if n_others else lines[start:end]
             if not self._fold(thread, head, conn, start, end, chan, lineno):
                 # ring orders (`Channel 00/16 :   0   1 ...`, no ` via `) are read like the facts
-                with_via = list(map(contains, conn, repeat(_VIA)))
+                # ` via ` or nothing, for each line (`partition` takes its argument as is: see `_kind`)
+                with_via = list(map(_MIDDLE, map(bytes.partition, conn, repeat(_VIA))))
                 if all(with_via):
                     self._fold_exact(lines, head, start, end, lineno)
                     return 0
                 positions = list(compress(range(start, end), chan[start:end])) if n_others else range(start, end)
                 rings = [(i, lines[i], _READ) for i, via in zip(positions, with_via) if not via]
-                if any(_OPCOUNT in body for _, body, _ in rings) or (any(with_via) and not self._fold(
+                if any(body.find(_OPCOUNT) >= 0 for _, body, _ in rings) or (any(with_via) and not self._fold(
                         thread, head, list(compress(conn, with_via)), start, end, chan, lineno, with_via)):
                     self._fold_exact(lines, head, start, end, lineno)
                     return 0
@@ -325,7 +337,7 @@ class FastFeed:
                         numbers = list(compress(numbers, among))
                 line = conn[first]
                 src, dst, via, direction = key
-                agg = target[key] = ConnAgg("Ring" if line.startswith(b"Ring") else "Channel", src, dst, parsed[1],
+                agg = target[key] = ConnAgg("Ring" if line[:4] == b"Ring" else "Channel", src, dst, parsed[1],
                                             parsed[2], direction, via, parsed[3], parsed[4], lineno + numbers[first],
                                             head + line.decode())
             agg.codes.update(group_codes)
