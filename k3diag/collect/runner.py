@@ -141,6 +141,11 @@ def run_command(
     except OSError as exc:
         return Evidence(name=name, kind="command", command=command, format_hint=format_hint,
                         error=f"`{command}` could not start: {exc.strerror or exc}")
+    except BaseException:
+        # Ctrl-C or SIGTERM while the command was starting: it may be running already (Popen raises after
+        # the exec, before it returns), with no Popen to stop it by; its marker finds it
+        _kill_marked(marker)
+        raise
     try:
         outcome = _collect_output(process, started + limit_s, max_output_bytes)
     finally:

@@ -66,3 +66,40 @@ def test_permission_denied(tmp_path: Path) -> None:
         # root may still be refused exec on a non-executable file
         assert evidence.error is not None
     assert evidence.error is not None and ("permission denied" in evidence.error or "could not start" in evidence.error)
+
+
+def test_ctrl_c_while_the_command_starts_leaves_nothing_running(tmp_path: Path, monkeypatch) -> None:
+    # Ctrl-C lands after the exec but before Popen returns (the window Popen raises in): the command runs,
+    # and the runner has no Popen to stop it by. A Popen that starts the real child and then raises stands
+    # for that moment (the boundary, not the runner, is faked).
+    import subprocess
+
+    import pytest
+
+    import k3diag.collect.runner as runner
+
+    tool = _script(tmp_path, "nvidia-smi", "trap '' TERM\nsleep 300\n")
+    started: list[int] = []
+
+    class InterruptedPopen(subprocess.Popen):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self.pid)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.subprocess, "Popen", InterruptedPopen)
+    with pytest.raises(KeyboardInterrupt):
+        run_command([str(tool), "-q"], name="q.txt", timeout_s=60)
+    assert started
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(started[0], os.WNOHANG)  # reap it: a killed child is a zombie until then
+        except ChildProcessError:
+            break
+        if pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.killpg(started[0], 9)  # its own session and group: the shell and its sleep
+        raise AssertionError("the command started while Ctrl-C landed is still running")
