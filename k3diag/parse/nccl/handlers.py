@@ -429,23 +429,16 @@ class LineHandlers:
         self._comm_transition(thread, inst, complete, suffix_only=" nRanks " in body and "rank" not in values)
 
     # The two strict shapes: neither can hold the RCCL spellings or `Destroy COMPLETE` the general path
-    # looks for (the match is whole), but a zero-padded nRanks. Each is one method with the common case
-    # of `_comm_instance` and `_comm_transition` written out (a communicator line of every rank of every
-    # job comes here: ~70,000 per 100 MB); anything else goes through them.
+    # looks for (the match is whole), but a zero-padded nRanks. Each is one method: the instance found by
+    # `_strict_instance`, and in the common case (the thread's head closed, nothing pending) the change
+    # `_settle` makes without the rest of `_comm_transition` (a communicator line of every rank of every job
+    # comes here: ~70,000 per 100 MB).
     def _init_strict(self, strict: re.Match, raw: str, body: str, pre: str, lineno: int) -> None:
         """`ncclCommInitRank comm 0x.. rank R nranks N cudaDev C nvmlDev V busId B commId 0x.. - Init START|COMPLETE`."""
         ptr, rank, nranks, cuda_dev, nvml_dev, bus_id, comm_id = strict.groups()
-        thread = self.prefix_cache.get(pre) or self._thread(pre)
-        ptr = ptr.lower()
-        inst = self.instances.get((thread.host, thread.pid, ptr))
+        thread, inst = self._strict_instance(pre, ptr, rank, nranks, body, lineno)
         if inst is None:
-            inst = self._new_instance(thread, ptr, body, lineno)
-            if inst is None:
-                return
-        if inst.rank is None:
-            inst.rank = int(rank)
-        if inst.nranks is None:
-            inst.nranks = int(nranks)
+            return
         inst.cuda_dev, inst.nvml_dev = int(cuda_dev), int(nvml_dev)
         bus = _BUS_CACHE.get(bus_id, "")
         inst.bus_id = (_bus_id(bus_id) if bus == "" else bus) or inst.bus_id
@@ -456,28 +449,15 @@ class LineHandlers:
             inst.source_complete = complete
         if not thread.head_closed or thread.pending:
             self._comm_transition(thread, inst, complete, suffix_only=False)
-        elif complete:
-            thread.current = None
-            inst.complete = True
-            if inst.comm_id and inst.nranks and inst.rank is not None:
-                self._rank_complete(inst)
         else:
-            thread.current = inst
+            self._settle(thread, inst, complete)
 
     def _comm_strict(self, strict: re.Match, raw: str, pre: str, lineno: int) -> None:
         """`comm 0x.. rank R nRanks N nNodes M localRanks L localRank l [MNNVL 0]`."""
         ptr, rank, nranks, nnodes = strict.group(1, 2, 3, 4)
-        thread = self.prefix_cache.get(pre) or self._thread(pre)
-        ptr = ptr.lower()
-        inst = self.instances.get((thread.host, thread.pid, ptr))
+        thread, inst = self._strict_instance(pre, ptr, rank, nranks, strict.string, lineno)
         if inst is None:
-            inst = self._new_instance(thread, ptr, strict.string, lineno)
-            if inst is None:
-                return
-        if inst.rank is None:
-            inst.rank = int(rank)
-        if inst.nranks is None:
-            inst.nranks = int(nranks)
+            return
         inst.nnodes = int(nnodes)
         if inst.cuda_dev is None and thread.dev is not None:
             inst.cuda_dev = thread.dev
@@ -490,6 +470,22 @@ class LineHandlers:
             self._comm_transition(thread, inst, False, suffix_only=False)
         else:
             thread.current = inst
+
+    def _strict_instance(self, pre: str, ptr: str, rank: str, nranks: str, body: str,
+                         lineno: int) -> tuple[Thread, Instance | None]:
+        """`_comm_instance` for a strict shape, with the rank and size it names set where still unknown."""
+        thread = self.prefix_cache.get(pre) or self._thread(pre)
+        ptr = ptr.lower()
+        inst = self.instances.get((thread.host, thread.pid, ptr))
+        if inst is None:
+            inst = self._new_instance(thread, ptr, body, lineno)
+            if inst is None:
+                return thread, None
+        if inst.rank is None:
+            inst.rank = int(rank)
+        if inst.nranks is None:
+            inst.nranks = int(nranks)
+        return thread, inst
 
     def _comm_instance(self, pre: str, ptr: str, body: str, lineno: int) -> tuple[Thread, Instance | None]:
         """The thread printing a communicator line, and its instance of that communicator (created on
@@ -525,7 +521,12 @@ class LineHandlers:
         if suffix_only:
             # RCCL suffix on a connection/progress line: the thread works on this communicator
             thread.current = inst
-        elif complete:
+        else:
+            self._settle(thread, inst, complete)
+
+    def _settle(self, thread: Thread, inst: Instance, complete: bool) -> None:
+        """The thread works on `inst` now, or (its `Init COMPLETE`) no longer, and a rank is done."""
+        if complete:
             thread.current = None
             inst.complete = True
             if inst.comm_id and inst.nranks and inst.rank is not None:
