@@ -23,8 +23,7 @@ class _ReaderMayLeave:
             self._reader_left()
             return len(data)
         except OSError as exc:
-            self._reader_left()  # what is still buffered must not fail again at exit
-            raise OutputFailed(exc) from None
+            self._failed(exc)
 
     def flush(self) -> None:
         try:
@@ -32,8 +31,15 @@ class _ReaderMayLeave:
         except BrokenPipeError:
             self._reader_left()
         except OSError as exc:
-            self._reader_left()
-            raise OutputFailed(exc) from None
+            self._failed(exc)
+
+    def _failed(self, error: OSError) -> None:
+        # Kept for `main` to say, even where a library swallows the exception: click probes a stream with
+        # `write("")` inside `except Exception`, and `k3diag --help >/dev/full` then exited 0 with nothing out.
+        # What is still buffered goes nowhere, so it does not fail again at exit.
+        OUTPUT_FAILURES.append(error)
+        self._reader_left()
+        raise OutputFailed(error) from None
 
     @property
     def buffer(self):
@@ -49,6 +55,10 @@ class _ReaderMayLeave:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+# The write errors of standard output met in this run (not a reader that left): `main` ends with EX_IOERR.
+OUTPUT_FAILURES: list[OSError] = []
 
 
 class OutputFailed(Exception):
@@ -70,7 +80,9 @@ class _ClosedOutput:
     def write(self, data):
         import errno
 
-        raise OutputFailed(OSError(errno.EBADF, "it is closed"))
+        error = OSError(errno.EBADF, "it is closed")
+        OUTPUT_FAILURES.append(error)
+        raise OutputFailed(error)
 
     def flush(self) -> None:
         pass
@@ -84,10 +96,13 @@ class _ClosedOutput:
 
 
 def _say_output_failed(error: OSError) -> None:
-    words = [word for word in sys.argv[1:2] if not word.startswith("-")]
+    from k3diag.commands import modules_for_argv
+
+    modules = modules_for_argv(sys.argv[1:])  # the command the run names, as the application was built for
+    who = "k3diag " + modules[0].rsplit(".", 1)[1] if len(modules) == 1 else "k3diag"
     reason = error.strerror or str(error)
     try:
-        sys.stderr.write(f"{' '.join(['k3diag'] + words)}: could not write to standard output ({reason}); "
+        sys.stderr.write(f"{who}: could not write to standard output ({reason}); "
                          "what it shows is incomplete\n")
         sys.stderr.flush()
     except (OSError, ValueError):
@@ -110,23 +125,28 @@ def main() -> None:
         from k3diag.commands import modules_for_argv
 
         application = app_for(sys.argv[1:])
+    outcome: SystemExit | None = None
     try:
-        try:
-            application()
-        except OutputFailed as failed:
-            from k3diag.exit_codes import EXIT_IOERR
+        application()
+    except OutputFailed:
+        pass  # said below
+    except SystemExit as done:
+        outcome = done
+    if OUTPUT_FAILURES:  # whatever the command meant to exit with, what it showed is incomplete
+        from k3diag.exit_codes import EXIT_IOERR
 
-            _say_output_failed(failed.error)
-            raise SystemExit(EXIT_IOERR) from None
-    except SystemExit as exc:
-        if (isinstance(exc.code, int) or exc.code is None) and _is_the_program() \
-                and modules_for_argv(sys.argv[1:]) in _READ_ONLY_COMMANDS:
-            import atexit
+        _say_output_failed(OUTPUT_FAILURES[0])
+        outcome = SystemExit(EXIT_IOERR)
+    if outcome is None:
+        return
+    if (isinstance(outcome.code, int) or outcome.code is None) and _is_the_program() \
+            and modules_for_argv(sys.argv[1:]) in _READ_ONLY_COMMANDS:
+        import atexit
 
-            # The exit (its traceback, so the frames and what they hold) goes with the handler: dropped
-            # before the handler runs, it would free all of the records first, the teardown this skips.
-            atexit.register(_leave_now, int(exc.code or 0), exc)
-        raise
+        # The exit (its traceback, so the frames and what they hold) goes with the handler: dropped
+        # before the handler runs, it would free all of the records first, the teardown this skips.
+        atexit.register(_leave_now, int(outcome.code or 0), outcome)
+    raise outcome
 
 
 # Commands that write nothing but standard output and standard error (no file, no bundle, no child left).

@@ -21,6 +21,7 @@ from k3diag.parse.detect import (
     split_sections,
     streaming_format,
 )
+from k3diag.parse.markdown_head import is_markdown  # the reader itself (`parse.markdown`) only for a document
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
 from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize
 
@@ -158,7 +159,7 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         return
 
     head_text = normalize(head_text)
-    if _may_be_markdown(head_text) and _is_markdown(head_text):  # a README or an issue saved as .md: its code blocks
+    if is_markdown(head_text):  # a README or an issue saved as .md: its code blocks, not its prose
         yield from _parse_document(item, size, note)
         return
     stream_spec = streaming_format(head_text)
@@ -180,19 +181,6 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         record.warnings.append(item.error or describe_unknown(text, item.name))
         record.warnings.extend(item.take_notes())  # what reading dropped or cut
         yield ParsedInput(record, note=note)
-
-
-def _may_be_markdown(head_text: str) -> bool:
-    """What `parse.markdown.is_markdown` needs before it looks closer (a fence, or a table's `|` and
-    `---`): a text without any is no document, and the Markdown reader (~8 M instructions of imports,
-    ~1.4 ms) is not loaded for it."""
-    return "```" in head_text or "~~~" in head_text or ("|" in head_text and "---" in head_text)
-
-
-def _is_markdown(head_text: str) -> bool:
-    from k3diag.parse.markdown import is_markdown
-
-    return is_markdown(head_text)
 
 
 def _parse_document(item: Evidence, size: int | None, note: tuple[str, str] | None) -> Iterator[ParsedInput]:

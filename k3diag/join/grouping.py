@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diag.model.identity import IdentityFact, InputIdentity
+from k3diag.model.ids import strict_cpulist
 from k3diag.model.words import counted
 
 # How strongly a shared key says "same machine": an exact unique key beats a host name, which beats
@@ -242,25 +243,14 @@ def _cpu_wiring_conflict(a: list[IdentityFact], b: list[IdentityFact]) -> str | 
     return None
 
 
-_MAX_AFFINITY_CPUS = 16_384  # a CPU list wider than any machine is a garbled cell: not a key
-
-
 def _cpu_owners(facts: list[IdentityFact]) -> dict[int, tuple[set[str], IdentityFact]]:
-    """CPU -> the GPUs whose affinity lists it (and the first such fact, to quote)."""
+    """CPU -> the GPUs whose affinity lists it (and the first such fact, to quote). A list that is not one
+    whole (cut, glued, wider than any machine) says nothing of the wiring."""
     owners: dict[int, tuple[set[str], IdentityFact]] = {}
     for fact in facts:
         gpu, _, listed = fact.value.partition("=")
-        spans = []
-        for part in listed.split(","):
-            low, _, high = part.partition("-")
-            if not (low.isdigit() and (high.isdigit() or not high)):
-                break
-            spans.append((int(low), int(high or low)))
-        else:
-            if sum(high - low + 1 for low, high in spans) <= _MAX_AFFINITY_CPUS:
-                for low, high in spans:
-                    for cpu in range(low, high + 1):
-                        owners.setdefault(cpu, (set(), fact))[0].add(gpu)
+        for cpu in strict_cpulist(listed) or ():
+            owners.setdefault(cpu, (set(), fact))[0].add(gpu)
     return owners
 
 

@@ -59,20 +59,49 @@ def bdf_from_nccl_busid(text: str) -> str | None:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
 
 
+# More CPUs than any machine has (Linux's NR_CPUS is at most 8,192): a list naming more is a garbled or
+# hostile cell and is not expanded (`0-4294967295` would be four billion numbers, minutes and gigabytes).
+MAX_CPUS = 16_384
+
+
 def parse_cpulist(text: str) -> list[int]:
-    """Expand a kernel cpulist such as `0-3,8,10-11`."""
+    """Expand a kernel cpulist such as `0-3,8,10-11`. Parts that are not a number or a range are skipped,
+    as is a range that would take the list past `MAX_CPUS`."""
     cpus: list[int] = []
-    for part in text.strip().split(","):
+    for span in _cpu_spans(text):
+        if span is not None and len(cpus) + span[1] - span[0] + 1 <= MAX_CPUS:
+            cpus.extend(range(span[0], span[1] + 1))
+    return cpus
+
+
+def strict_cpulist(text: str) -> list[int] | None:
+    """`parse_cpulist` for a list that must be one whole: None when a part is not a number or a range (a
+    cell cut or glued in a paste), or when it names more than `MAX_CPUS` CPUs."""
+    spans = list(_cpu_spans(text, keep_empty=True))
+    if None in spans or sum(high - low + 1 for low, high in spans) > MAX_CPUS:  # type: ignore[misc]
+        return None
+    return [cpu for low, high in spans for cpu in range(low, high + 1)]  # type: ignore[misc]
+
+
+def _cpu_spans(text: str, keep_empty: bool = False):
+    """Each part of a cpulist as (low, high), None for one that is neither a number nor a range (`²` is a
+    digit to `str.isdigit`, not to `int`); empty parts are left out, or None with `keep_empty`."""
+    stripped = text.strip()
+    if not stripped:
+        return
+    for part in stripped.split(","):
         part = part.strip()
         if not part:
+            if keep_empty:
+                yield None
             continue
-        if "-" in part:
-            low, _, high = part.partition("-")
-            if low.isdigit() and high.isdigit():
-                cpus.extend(range(int(low), int(high) + 1))
-        elif part.isdigit():
-            cpus.append(int(part))
-    return cpus
+        low, dash, high = part.partition("-")
+        if not dash:
+            high = low
+        if low.isascii() and low.isdigit() and high.isascii() and high.isdigit() and int(low) <= int(high):
+            yield int(low), int(high)
+        else:
+            yield None
 
 
 def fold_ranges(numbers: list[int]) -> str:

@@ -85,12 +85,11 @@ class _CountedRef(SourceRef):
 
     def __getattr__(self, name: str) -> int:
         # Reached only for what the instance does not hold: `line`, until it is counted. The counter is
-        # the instance's (`counted_ref`) or its class's (`counted_refs`: one class per parse).
+        # its class's (`counted_refs`: one class per parse).
         fields = self.__dict__
         if name != "line" or "_at" not in fields:
             raise AttributeError(name)
-        counter = fields.pop("_counter", None) or self._counter
-        line = fields["line"] = counter.line_at(fields.pop("_at"))
+        line = fields["line"] = self._counter.line_at(fields.pop("_at"))
         return line
 
     def __eq__(self, other: object) -> bool:
@@ -110,14 +109,8 @@ class _CountedRef(SourceRef):
 
 def counted_ref(input_name: str, counter: LineCounter, offset: int, text: str) -> SourceRef:
     """The `SourceRef` of the line at `offset` of the text `counter` counts in, its number counted
-    only if someone reads `.line`. As cheap to make as `source_ref`."""
-    ref = _new_counted(_CountedRef)
-    fields = ref.__dict__
-    fields["input"], fields["text"], fields["_counter"], fields["_at"] = input_name, text, counter, offset
-    return ref
-
-
-_new_counted = _CountedRef.__new__
+    only if someone reads `.line` (one reference; a parser making many calls `counted_refs` once)."""
+    return counted_refs(input_name, counter)(offset, text)
 
 
 def counted_refs(input_name: str, counter: LineCounter) -> Callable[[int, str], SourceRef]:

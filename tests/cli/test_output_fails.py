@@ -54,3 +54,15 @@ def test_a_reader_that_left_is_not_a_write_error() -> None:
                           capture_output=True, text=True, timeout=300, cwd=REPO, env=ENV)
     assert done.returncode == 0
     assert "could not write" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["analyze", "--help"]])
+def test_help_on_a_full_disk_is_not_lost_silently(args: list[str]) -> None:
+    # click probes standard output with `write("")` inside `except Exception`: the first failure was
+    # swallowed there and the help went nowhere, with exit 0
+    with open("/dev/full", "w") as full:
+        done = _run(args, full)
+    assert done.returncode == 74
+    assert "could not write to standard output (No space left on device)" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -41,11 +41,8 @@ _VIA = b" via "
 _CHAN = b"Chan"
 _OPCOUNT = b": opCount "
 _INVALID = -1
-_TAG_ACTIONS = {tag[5:].encode(): action for tag, action in P.TAG_ACTIONS.items()}  # by the body's first 4 bytes
-_TAG_NEEDS = {tag[5:].encode(): need.encode() for tag, need in P.TAG_NEEDS.items()}
-_COUNT_NEEDS = P.COUNT_TAG_NEEDS.encode()
-_TEXT_TAG_ACTIONS = {tag[5:]: action for tag, action in P.TAG_ACTIONS.items()}  # the same, for `_kind`'s text
-_TEXT_TAG_NEEDS = {tag[5:]: need for tag, need in P.TAG_NEEDS.items()}
+_TAG_ACTIONS = {tag[5:]: action for tag, action in P.TAG_ACTIONS.items()}  # by the body's first 4 characters
+_TAG_NEEDS = {tag[5:]: need for tag, need in P.TAG_NEEDS.items()}
 MAX_KINDS = 20_000
 _COMM_STARTS = ("ncclCommInitRank comm 0x", "comm 0x")  # the communicator lines `_info` sends to `_comm`
 # `_fold` remembers the plan of a stretch of `Channel` lines up to this many lines, and keeps at most this
@@ -53,7 +50,7 @@ _COMM_STARTS = ("ncclCommInitRank comm 0x", "comm 0x")  # the communicator lines
 MAX_PLAN_LINES = 256
 MAX_PLANNED_BYTES = 4 << 20
 # words the exact path looks for in a whole line, which a launcher prefix could hold: such runs go there
-_HEAD_WORDS = tuple(need for need in _TAG_NEEDS.values()) + (_COUNT_NEEDS, b" -> ")
+_HEAD_WORDS = tuple(need.encode() for need in P.TAG_NEEDS.values()) + (P.COUNT_TAG_NEEDS.encode(), b" -> ")
 # what a line other than a `Channel` line is, by its text alone (cached per distinct text)
 _DROPPED, _COLL, _EXACT, _ONCE, _READ, _CUT = "dropped", "coll", "exact", "once", "read", "cut"
 
@@ -67,7 +64,7 @@ def _kind(body: bytes) -> str:
     if ": opCount " in text:
         return _COLL
     tag = text[:4]
-    action = _TEXT_TAG_ACTIONS.get(tag)
+    action = _TAG_ACTIONS.get(tag)
     if action is None:
         if len(text) < 16 or text.startswith("-> ") or text.find(" -> ", len(text) - 16) >= 0:
             return _EXACT  # an error trace `misc/socket.cc:567 -> 2`, or a line too short to tell
@@ -76,7 +73,7 @@ def _kind(body: bytes) -> str:
     elif action == 1:
         return _EXACT  # `Ring ...` (2.4-2.6) or a line that only looks like one
     else:
-        need = _TEXT_TAG_NEEDS.get(tag)
+        need = _TAG_NEEDS.get(tag)
         if need is not None and need not in text:
             return _DROPPED
     if "comm 0x" in text:
@@ -231,11 +228,7 @@ class FastFeed:
                 skipped = dropped = 0
                 if kind is _CUT:
                     counted += 1
-                    text = body.decode()
-                    if text.startswith(_COMM_STARTS):  # what `_read` does, without the call
-                        self._comm(head + text, text.rstrip(), pre, lineno + index)
-                    else:
-                        self._info(head + text, text.rstrip(), pre, lineno + index)
+                    self._read(body, head, pre, lineno + index)
                 else:
                     self._feed_selected(((lineno + index, head + body.decode()),))
                 start = index + 1
