@@ -289,31 +289,9 @@ def dmesg_evidence(
 
 
 def _run_dmesg(timeout_s: float) -> Evidence:
-    try:
-        from k3diag.collect.runner import run_command
-    except ImportError:  # the runner belongs to the core; fall back to a plain bounded run
-        return _run_plain(["dmesg"], timeout_s)
+    from k3diag.collect.runner import run_command
+
     return run_command(["dmesg"], name="dmesg.txt", timeout_s=timeout_s, format_hint="dmesg")
-
-
-def _run_plain(argv: list[str], timeout_s: float) -> Evidence:
-    import subprocess
-
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
-    except FileNotFoundError:
-        return Evidence(name="dmesg.txt", kind="command", command="dmesg", format_hint="dmesg",
-                        error="`dmesg` is not installed, so AER and Xid errors were not checked")
-    except subprocess.TimeoutExpired:
-        return Evidence(name="dmesg.txt", kind="command", command="dmesg", format_hint="dmesg", timed_out=True,
-                        error=f"`dmesg` did not finish within {timeout_s:g} s and was stopped")
-    except OSError as exc:
-        return Evidence(name="dmesg.txt", kind="command", command="dmesg", format_hint="dmesg",
-                        error=f"`dmesg` could not start: {exc.strerror or exc}")
-    stderr = done.stderr.decode("utf-8", errors="replace")
-    error = None if done.returncode == 0 else f"`dmesg` exited with code {done.returncode}: {stderr.strip()[:200]}"
-    return Evidence(name="dmesg.txt", kind="command", command="dmesg", data=done.stdout, exit_code=done.returncode,
-                    stderr=stderr[-4000:], format_hint="dmesg", error=error)
 
 
 def filter_dmesg(text: str) -> str:

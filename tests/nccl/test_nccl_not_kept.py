@@ -124,3 +124,62 @@ def test_the_cli_json_and_terminal_say_what_was_left_out(tmp_path, monkeypatch) 
     assert report["nccl_summary"]["not_kept"] == {"gdr": 5}
     text = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
     assert "5 GPUDirect RDMA lines were counted but not kept (past the first 3 distinct ones" in " ".join(text.split())
+
+
+def _warnings_of(result, kind: str) -> list[str]:
+    return [w for w in result.warnings if "counted but not kept" in w and kind in w]
+
+
+def test_connection_lines_past_the_peers_of_one_rank_are_counted_in_not_kept(tmp_path, monkeypatch) -> None:
+    # each of 4 ranks connects to 4 peers over 2 channels; a rank keeps 2 distinct (peer, transport) keys
+    monkeypatch.setattr(P, "MAX_CONN_KEYS_PER_INSTANCE", 2)
+    lines = []
+    for rank in range(4):
+        pre = f"h1:{100 + rank}:{200 + rank} [{rank}] NCCL INFO "
+        lines.append(pre + f"ncclCommInitRank comm 0x{0x1000 + rank:x} rank {rank} nranks 4 cudaDev {rank} nvmlDev "
+                           f"{rank} busId {rank}8000 commId 0xabc - Init START")
+        lines += [pre + f"Channel {ch:02d}/1 : {rank}[{rank}] -> {peer}[{peer}] via P2P/CUMEM/read"
+                  for peer in range(4) if peer != rank for ch in range(2)]
+        lines.append(pre + f"ncclCommInitRank comm 0x{0x1000 + rank:x} rank {rank} nranks 4 cudaDev {rank} nvmlDev "
+                           f"{rank} busId {rank}8000 commId 0xabc - Init COMPLETE")
+    text = "\n".join(lines) + "\n"
+    for result in _every_path(text, tmp_path, monkeypatch):
+        # 3 peers a rank, 2 kept: the 2 lines of the third peer of each rank are left out
+        assert result.summary.to_json()["not_kept"] == {"connection_lines": 8}
+        assert result.runs[0].to_json()["connections_dropped"] == 8
+        (sentence,) = _warnings_of(result, "connection lines")
+        assert sentence.startswith("8 connection lines were counted but not kept (of ranks connected to more than 2 "
+                                   "distinct peers and transports in one communicator; "), sentence
+        assert sentence.endswith("`nccl_summary.not_kept` in --json)")
+
+
+def test_communicator_lines_past_the_instances_in_flight_are_counted_in_not_kept(tmp_path, monkeypatch) -> None:
+    # 2 instances are read at once; ranks 2 and 3 of the same communicator (its run is not complete before
+    # them) are left out, with their START, `comm`, `Trees` and COMPLETE lines
+    monkeypatch.setattr(P, "MAX_INSTANCES", 2)
+    text = "\n".join(_job("h1", 4)) + "\n"
+    *one_pass, cut = _every_path(text, tmp_path, monkeypatch)
+    for result in one_pass:
+        assert result.summary.to_json()["not_kept"] == {"init_lines": 8}
+        (sentence,) = _warnings_of(result, "communicator init lines")
+        assert sentence.startswith("8 communicator init lines were counted but not kept (of ranks past the first 2 "
+                                   "communicator instances being read at once; "), sentence
+    # a file cut in two: an instance of the later part with no room at the merge is counted once, whatever
+    # number of lines it had, and the count says it is a lower bound
+    summary = cut.summary.to_json()
+    assert summary["not_kept"]["init_lines"] >= 1
+    assert summary["not_kept_lower_bounds"] == ["init_lines"]
+    (sentence,) = _warnings_of(cut, "communicator init lines")
+    assert sentence.startswith("at least "), sentence
+
+
+def test_distinct_warnings_past_their_bound_are_counted_once_each(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(P, "MAX_MESSAGES", 2)
+    pre = "h1:100:200 [0] NCCL WARN "
+    warns = [pre + f"Cuda failure {n} 'out of memory'" for n in range(5)]
+    text = "\n".join(_job("h1", 2) + warns + warns) + "\n"  # each distinct warning twice
+    for result in _every_path(text, tmp_path, monkeypatch):
+        assert result.summary.to_json()["not_kept"] == {"messages": 3}
+        (sentence,) = _warnings_of(result, "NCCL warnings or errors")
+        assert sentence.startswith("3 NCCL warnings or errors were counted but not kept (past the first 2 distinct "
+                                   "ones; "), sentence

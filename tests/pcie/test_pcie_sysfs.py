@@ -136,10 +136,19 @@ def test_dmesg_permission_denied_is_one_sentence(monkeypatch) -> None:
     assert machine.inputs[0].warnings == [evidence.error]
 
 
-def test_commands_have_timeouts() -> None:
-    from k3diag.collect.sysfs import _run_plain
+def test_dmesg_runs_bounded_through_the_runner(tmp_path, monkeypatch) -> None:
+    import os
 
-    evidence = _run_plain([sys.executable, "-c", "import time; time.sleep(5)"], 0.2)
-    assert evidence.timed_out and "did not finish" in evidence.error
-    missing = _run_plain(["k3diag-no-such-dmesg"], 1.0)
-    assert "not installed" in missing.error
+    from k3diag.collect import sysfs
+
+    fake = tmp_path / "bin" / "dmesg"  # a dmesg that hangs, the executable on PATH
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nsleep 5\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    evidence = sysfs._run_dmesg(0.2)
+    assert evidence.timed_out
+    assert evidence.error.startswith("`dmesg` did not finish within 0.2 s and was stopped"), evidence.error
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    missing = sysfs._run_dmesg(1.0)
+    assert missing.error == "`dmesg` is not installed or not on PATH, so `dmesg` could not run"

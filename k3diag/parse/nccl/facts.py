@@ -205,8 +205,7 @@ class FactHandlers:
         if msg is not None:
             msg.count += 1
             return
-        if len(self.messages) >= P.MAX_MESSAGES:
-            self.messages_dropped += 1
+        if not self._room(self.messages, P.MAX_MESSAGES, "messages", key):
             return
         self.messages[key] = NcclMessage(level, text, src_file, src_line, 1, self._source(lineno, raw))
 

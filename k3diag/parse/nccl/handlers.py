@@ -52,6 +52,11 @@ class LineHandlers:
                 self.not_kept_more.add(kind)
         return False
 
+    def left_out(self, kind: str, number: int) -> None:
+        """`number` lines or entries of `kind` a bound left out (nothing is recorded for none)."""
+        if number:
+            self.not_kept[kind] += number
+
     def _skip(self, lineno: int) -> None:
         """Counted; the smallest line numbers kept as examples (the bulk path may skip out of order)."""
         self.skipped += 1
@@ -370,7 +375,7 @@ class LineHandlers:
         inst = self.instances.get(key)
         if inst is None:
             if len(self.instances) >= P.MAX_INSTANCES:
-                self.dropped_instances += 1
+                self.not_kept["init_lines"] += 1
                 return None
             inst = Instance(key=key, host=thread.host, pid=thread.pid, ptr=None)
             self.instances[key] = inst
@@ -498,7 +503,7 @@ class LineHandlers:
 
     def _new_instance(self, thread: Thread, ptr: str, body: str, lineno: int) -> Instance | None:
         if len(self.instances) >= P.MAX_INSTANCES:
-            self.dropped_instances += 1
+            self.not_kept["init_lines"] += 1
             return None
         ikey = (thread.host, thread.pid, ptr)
         inst = Instance(key=ikey, host=thread.host, pid=thread.pid, ptr=ptr, first_line=lineno)
@@ -559,7 +564,7 @@ class LineHandlers:
 
     def _adopt_pending(self, thread: Thread, inst: Instance) -> None:
         if thread.pending:
-            self.conn_overflow += _absorb(inst.conns, thread.pending)
+            self.left_out("connection_lines", _absorb(inst.conns, thread.pending))
             thread.pending = {}
 
 

@@ -203,7 +203,7 @@ class LineFeed:
         agg = target.get(key)
         if agg is None:
             if len(target) >= P.MAX_CONN_KEYS_PER_INSTANCE:
-                self.conn_overflow += 1
+                self.not_kept["connection_lines"] += 1
                 return
             src, dst, via, direction = key
             agg = target[key] = ConnAgg(code[0], src, dst, parsed[1], parsed[2], direction, via, parsed[3], parsed[4],

@@ -28,8 +28,6 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         # `INFO Channel ...` (a line after its record mark ` NCCL `) -> (channel code, connection key), for
         # the plain connection lines read before: the same text recurs in every job and TP group
         self.conn_tails: dict[str, tuple] = {}
-        self.conn_overflow = 0
-        self.dropped_instances = 0
         self.version: str | None = None
         self.version_source: SourceRef | None = None
         self.library: str | None = None
@@ -39,7 +37,6 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.env_conflicts: dict[str, set] = {}
         self.cmdline_env: dict[str, tuple[str, SourceRef]] = {}
         self.messages: dict[tuple, object] = {}
-        self.messages_dropped = 0
         self.p2p_disabled: dict[tuple, object] = {}
         self.gdr: dict[tuple, object] = {}
         self.dmabuf: dict[tuple, object] = {}

@@ -68,6 +68,11 @@ NOT_KEPT: dict[str, tuple[str, str, str]] = {
     "mnnvl_health": ("MNNVL health line", "MNNVL health lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "nvls_support": ("NVLS support line", "NVLS support lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "net_devices": ("network device", "network devices", "past the first {MAX_NET_DEVICES:,} of a kind"),
+    "messages": ("NCCL warning or error", "NCCL warnings or errors", "past the first {MAX_MESSAGES:,} distinct ones"),
+    "connection_lines": ("connection line", "connection lines", "of ranks connected to more than "
+                         "{MAX_CONN_KEYS_PER_INSTANCE:,} distinct peers and transports in one communicator"),
+    "init_lines": ("communicator init line", "communicator init lines", "of ranks past the first {MAX_INSTANCES:,} "
+                           "communicator instances being read at once"),
     # not a fact left out but a thread's state: said in its own words (`CUT_THREADS_SENTENCE`)
     "cut_threads": ("thread", "threads", ""),
 }

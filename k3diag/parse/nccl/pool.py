@@ -194,7 +194,10 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
         mine = a.instances.get(key)
         if mine is None:
             if len(a.instances) >= P.MAX_INSTANCES:
-                a.dropped_instances += 1
+                # one for the instance: how many of its lines the later part read is not known here, so the
+                # count is a lower bound
+                a.not_kept["init_lines"] += 1
+                a.not_kept_more.add("init_lines")
                 continue
             a.instances[key] = inst
         else:
@@ -203,7 +206,7 @@ def merge_parser(a: NcclLogParser, b: NcclLogParser) -> None:
     for thread in a.threads.values():
         if thread.current is not None and id(thread.current) in merged:
             thread.current = merged[id(thread.current)]
-    a.conn_overflow += over + b.conn_overflow
+    a.left_out("connection_lines", over)
     a.keeper.absorb(b.keeper)
     for key in b.finalized_keys:
         a.note_built(key)
@@ -218,8 +221,7 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
         a.version, a.version_source = b.version, b.version_source
     if b.library == "RCCL" or a.library is None:
         a.library = b.library or a.library
-    for name in ("rccl_hints", "lines_total", "lines_nccl", "skipped", "junk", "unknown_conn", "dropped_instances",
-                 "messages_dropped", "trees_kept"):
+    for name in ("rccl_hints", "lines_total", "lines_nccl", "skipped", "junk", "unknown_conn", "trees_kept"):
         setattr(a, name, getattr(a, name) + getattr(b, name))
     for kind, number in b.not_kept.items():
         if kind not in b.not_kept_keys:  # counted per line or entry: the parts add up
@@ -243,10 +245,8 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
         mine = a.messages.get(key)
         if mine is not None:
             mine.count += msg.count
-        elif len(a.messages) < P.MAX_MESSAGES:
+        elif a._room(a.messages, P.MAX_MESSAGES, "messages", key):
             a.messages[key] = msg
-        else:
-            a.messages_dropped += msg.count
     for table, cap in (("p2p_disabled", P.MAX_P2P_DISABLED), ("gdr", P.MAX_GDR), ("dmabuf", P.MAX_DMABUF),
                        ("graphs", P.MAX_GRAPHS), ("paths", P.MAX_PATHS), ("channel_counts", P.MAX_SMALL_TABLE),
                        ("mnnvl_health", P.MAX_SMALL_TABLE), ("nvls_support", P.MAX_SMALL_TABLE)):

@@ -190,7 +190,7 @@ def finish(parser) -> NcclLogResult:
     for thread in parser.threads.values():
         if thread.pending:
             bucket = parser.orphans.setdefault((thread.host, thread.pid), {})
-            parser.conn_overflow += absorb_all(bucket, thread.pending, P.MAX_CONN_KEYS_PER_INSTANCE)
+            parser.left_out("connection_lines", absorb_all(bucket, thread.pending, P.MAX_CONN_KEYS_PER_INSTANCE))
             thread.pending = {}
 
     _finalize_complete(parser)
@@ -232,7 +232,7 @@ def finish(parser) -> NcclLogResult:
         # a run built while reading (its instances are gone): the lines are its late lines
         was_built = target in built or (target == only_run and not groups)
         bucket = late if was_built and target not in groups else extra
-        parser.conn_overflow += absorb_all(bucket.setdefault(target, {}), bodies, 1 << 30)
+        absorb_all(bucket.setdefault(target, {}), bodies, 1 << 30)  # unbounded: nothing is left out
     for key in extra:
         groups.setdefault(key, [])
 
@@ -355,17 +355,6 @@ def _warnings(parser, result: NcclLogResult) -> None:
         warnings.append(f"{counted(parser.unknown_conn, 'connection line')} "
                         f"{'names' if parser.unknown_conn == 1 else 'name'} a transport k3diag does not know; "
                         "not counted")
-    if parser.conn_overflow:
-        warnings.append(f"{counted(parser.conn_overflow, 'connection line')} {_were(parser.conn_overflow)} counted "
-                        f"but not kept: an instance connected to more than {P.MAX_CONN_KEYS_PER_INSTANCE:,} distinct "
-                        "peers/transports")
-    if parser.dropped_instances:
-        warnings.append(f"{counted(parser.dropped_instances, 'communicator line')} {_were(parser.dropped_instances)} "
-                        f"not tracked: they belong to communicator instances beyond the first {P.MAX_INSTANCES:,} "
-                        "(limit keeps memory bounded)")
-    if parser.messages_dropped:
-        warnings.append(f"{counted(parser.messages_dropped, 'further distinct NCCL warning')} "
-                        f"{_were(parser.messages_dropped)} not kept")
     for kind, number in sorted(parser.not_kept.items()):
         one, many, bound = P.NOT_KEPT[kind]
         if kind == "cut_threads":
@@ -522,7 +511,7 @@ def _complete_run(parser, run: NcclRun, library: str | None) -> None:
     for name, value in parser.shared().items():  # each key names the NcclRun field it fills
         setattr(run, name, value)
     run.net = parser.net
-    run.connections_dropped = parser.conn_overflow
+    run.connections_dropped = parser.not_kept.get("connection_lines", 0)  # log-wide, as it always was
 
 
 def _ranks_from_connection(ranks: dict[int, NcclRank], agg: ConnAgg, source: SourceRef, prefix_cache: dict,
