@@ -201,9 +201,9 @@ def answer_pcie_switch(ctx: AuditContext) -> Answer:
         refs.extend(attr(d, "source") for d in switches[:4])
         if behind:
             groups = "; ".join(f"{', '.join(labels)} behind {bdf}" for bdf, labels in sorted(behind.items()))
-            answer.summary = f"Yes: {len(behind)} PCIe switch(es) above GPUs; {groups}."
+            answer.summary = f"Yes: {counted(len(behind), 'PCIe switch', 'PCIe switches')} above GPUs; {groups}."
         else:
-            answer.summary = (f"Yes: {len(switches)} PCIe switch(es) in the PCIe tree (which GPUs sit behind "
+            answer.summary = (f"Yes: {counted(len(switches), 'PCIe switch', 'PCIe switches')} in the PCIe tree (which GPUs sit behind "
                               "them is not in the evidence).")
         for device in switches[:12]:
             link = attr(device, "link")

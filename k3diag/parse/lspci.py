@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from k3diag.gcpause import collector_paused
 from k3diag.model.pci import Acs, PciDevice, PciLink
 from k3diag.model.source import MAX_SOURCES_PER_RECORD, LineCounter, SourceRef, counted_refs
+from k3diag.model.words import counted
 from k3diag.parse.lspci_header import CLASS_CODES, class_code_for, header, leading_header, vendor_for
 from k3diag.parse.lspci_lines import (
     ACS,
@@ -210,9 +211,11 @@ class _Parser:
         self._warn_if_cut()
         self._close(complete=self.current_complete)
         if self.result.denied:
+            one = self.result.denied == 1
             self.result.warnings.append(
-                f"{self.result.denied} device(s) show `Capabilities: <access denied>` (lspci ran without root): their "
-                "link speed, width and ACS settings are unknown; `sudo lspci -vv` would show them")
+                f"{counted(self.result.denied, 'device')} {'shows' if one else 'show'} `Capabilities: <access denied>` "
+                f"(lspci ran without root): {'its' if one else 'their'} link speed, width and ACS settings are unknown; "
+                "`sudo lspci -vv` would show them")
         return self.result
 
     def _warn_if_cut(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from k3diag.model.topology import endpoint_sort_key
-from k3diag.model.words import counted
+from k3diag.model.words import counted, per_kind
 from k3diag.render.plain import Out
 from k3diag.render.text import (
     NOT_SEEN,
@@ -191,8 +191,7 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
         hosts = f" ({', '.join(run.hosts[:6])}{' ...' if len(run.hosts) > 6 else ''})" if run.hosts else ""
         # the communicator's id tells apart runs that look alike (every job's world communicator)
         comm = f" (commId {run.comm_id})" if run.comm_id else ""
-        head = (f"{what}{comm}: {ranks}{nodes}{hosts}; connections P2P {counts.get('P2P', 0)}, "
-                f"SHM {counts.get('SHM', 0)}, NET {counts.get('NET', 0)}")
+        head = f"{what}{comm}: {ranks}{nodes}{hosts}; connection lines: {per_kind(counts, ('P2P', 'SHM', 'NET'))}"
         if run.input:
             head += f"  [{run.input}]"
         out.line(head, wrap=True, hang=4)
@@ -205,9 +204,8 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
         for run in hidden:
             for family, number in run.transport_counts().items():
                 totals[family] = totals.get(family, 0) + number
-        summary = ", ".join(f"{family} {number}" for family, number in sorted(totals.items()))
-        out.line(f"... and {counted(len(hidden), 'more communicator', 'more communicators')} (connections: "
-                 f"{summary or 'none seen'}); all are in --json")
+        out.line(f"... and {counted(len(hidden), 'more communicator', 'more communicators')} (connection lines: "
+                 f"{per_kind(totals) or 'none seen'}); all are in --json")
     if machine.nccl:
         out.line()
 

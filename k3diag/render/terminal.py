@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
-from k3diag.model.words import counted
+from k3diag.model.words import counted, per_kind
 from k3diag.render.plain import Out
 from k3diag.render.text import (
     SEVERITY_LABEL,
@@ -145,8 +145,8 @@ def _nccl_line(machine: "Machine", out: Out) -> None:
     ranks = max((run.nranks or 0 for run in machine.nccl), default=0)
     what = ", ".join(versions) or "NCCL (version not in the log)"
     size = f", up to {ranks} ranks" if ranks else ""
-    links = ", ".join(f"{family} {n}" for family, n in sorted(totals.items()) if n)
-    links = f"connections {links}" if links else "no connection lines in the log"
+    links = per_kind(totals)
+    links = f"connection lines: {links}" if links else "no connection lines in the log"
     out.line(f"NCCL: {what}; {counted(len(machine.nccl) + summarized, 'communicator')}{size}; {links}", wrap=True, hang=4)
 
 

@@ -61,7 +61,7 @@ def test_a_log_pasted_in_a_code_block_is_read_and_the_prose_advice_is_not_taken_
     assert {finding["id"] for finding in report["findings"]} == {"nccl-multinode-socket", "nccl-warnings"}
     assert report["inputs"][0]["warnings"] == []  # the advice is about the log the document holds
     _, text = _analyze(NCCL / "markdown-notes-nccl-2.27-efa-log-in-code-block-socket.md")
-    assert "NCCL: NCCL 2.27.3+cuda12.9; 3 communicators, up to 4 ranks; connections NET 7" in text
+    assert "NCCL: NCCL 2.27.3+cuda12.9; 3 communicators, up to 4 ranks; connection lines: 7 NET" in text
     assert "[WARN] traffic between nodes uses NET/Socket (TCP)" in text
 
 

@@ -179,7 +179,7 @@ def test_nul_padding_is_dropped_and_counted_not_taken_for_binary(tmp_path: Path)
     code, report = _analyze_json([path])
     record = report["inputs"][0]
     assert record["format"] == "nvidia-smi-topo-matrix"
-    assert (f"4608 NUL bytes in {path} were dropped (padding from a crash or a serial console?); the text around "
+    assert (f"4,608 NUL bytes in {path} were dropped (padding from a crash or a serial console?); the text around "
             "them was read") in record["warnings"]
     assert len(report["topology"]["gpus"]) == 8
 

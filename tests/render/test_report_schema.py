@@ -109,7 +109,7 @@ def test_a_log_with_many_communicators_stays_readable(tmp_path: Path) -> None:
     buffer = io.StringIO()
     render(analyze_machine(machine), make_console(buffer), "t")
     summary = buffer.getvalue()
-    assert "NCCL: NCCL 2.21.5+cuda12.4; 10 communicators, up to 2 ranks; connections P2P 10\n" in summary
+    assert "NCCL: NCCL 2.21.5+cuda12.4; 10 communicators, up to 2 ranks; connection lines: 10 P2P\n" in summary
     assert "no GPU inventory" in summary
     buffer = io.StringIO()
     render(analyze_machine(machine), make_console(buffer), "t", details=True)
