@@ -3,9 +3,12 @@
 Rules, in the order a reader would check them by hand:
 - keys that are unique to one machine join inputs when they are shared (GPU UUIDs and serials,
   host names) and separate them when both inputs carry them and none is shared;
-- GPU models, bus ids, the GPU count and the driver/CUDA/ROCm versions cannot prove two inputs
-  are one machine (identical servers print identical values), but when they differ the inputs are
-  not one machine and are never merged;
+- GPU models, GPU vendors (from a tool of one vendor: nvidia-smi, rocm-smi, an RCCL log), bus ids,
+  the GPU count and the driver/CUDA/ROCm versions cannot prove two inputs are one machine (identical
+  servers print identical values), but when they differ the inputs are not one machine and are never
+  merged;
+- the files of one bundle (one host's collection) that contradict each other in nothing stay one
+  machine, whatever else is given with them, and its files with no key follow it;
 - an input with no key at all joins the only machine there is, or stands alone with a sentence.
 """
 
@@ -31,6 +34,10 @@ class Member:
     identity: InputIdentity
     reason: str = ""
     path: str = ""  # the file it came from: sections of one file with no key follow the rest of the file
+    # The bundle it came from, when it did: a bundle is one host's collection, so its members that contradict
+    # each other in nothing are one machine before any other input is placed (never split by an input of
+    # another machine given first).
+    bundle: str = ""
 
 
 @dataclass
@@ -61,14 +68,14 @@ def group_inputs(members: list[Member]) -> list[Group]:
     keyed = [member for member in members if not member.identity.empty]
     keyless = [member for member in members if member.identity.empty]
     groups: list[Group] = []
-    for cluster in _clusters(keyed):
+    for cluster in _clusters(keyed, _consistent_bundles(keyed)):
         _place(cluster, groups)
     for member in keyless:
         if not groups:
             groups.append(Group())
         siblings = [g for g in groups if any(m.path and m.path == member.path for m in g.members)]
         if len(siblings) == 1 and len(groups) > 1:
-            member.reason = "it names no host or GPU; the rest of the same file went to this machine"
+            member.reason = f"it names no host or GPU; the rest of {member.path} went to this machine"
             siblings[0].add(member)
         elif len(groups) == 1:
             member.reason = ("it names no host or GPU, so it was read with the inputs of the only machine"
@@ -83,7 +90,23 @@ def group_inputs(members: list[Member]) -> list[Group]:
     return groups
 
 
-def _clusters(members: list[Member]) -> list[Group]:
+def _consistent_bundles(members: list[Member]) -> set[str]:
+    """Bundles whose files contradict each other in nothing: one host's collection, as `k3diag collect` writes
+    it. A bundle assembled by hand from several machines' outputs is grouped file by file like loose files."""
+    together: dict[str, InputIdentity] = {}
+    broken: set[str] = set()
+    for member in members:
+        if not member.bundle or member.bundle in broken:
+            continue
+        keys = together.setdefault(member.bundle, InputIdentity())
+        if conflicts_between(keys, member.identity):
+            broken.add(member.bundle)
+        else:
+            keys.update(member.identity)
+    return set(together) - broken
+
+
+def _clusters(members: list[Member], whole_bundles: set[str] = frozenset()) -> list[Group]:
     clusters: list[Group] = []
     for member in members:
         home: Group | None = None
@@ -91,6 +114,12 @@ def _clusters(members: list[Member]) -> list[Group]:
             score, reasons = matches_between(cluster.identity, member.identity)
             if score >= _HOST and not conflicts_between(cluster.identity, member.identity):
                 member.reason = f"same machine as {cluster.names()}: {reasons[0]}"
+                home = cluster
+                break
+            if member.bundle in whole_bundles and any(m.bundle == member.bundle for m in cluster.members) \
+                    and not conflicts_between(cluster.identity, member.identity):
+                member.reason = (f"from the bundle {member.bundle}, one host's collection, and nothing in it "
+                                 "contradicts the bundle's other files")
                 home = cluster
                 break
         if home is None:
@@ -132,6 +161,8 @@ def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
             reasons.append(f"{what} ({_cite(getattr(a, attr))} vs {_cite(getattr(b, attr))})")
     if a.hostnames and b.hostnames and not a.values("hostnames") & b.values("hostnames"):
         reasons.append(f"different host names ({_values(a.hostnames)} vs {_values(b.hostnames)})")
+    if a.gpu_vendors and b.gpu_vendors and not a.values("gpu_vendors") & b.values("gpu_vendors"):
+        reasons.append(f"GPUs of different vendors ({_cite(a.gpu_vendors)} vs {_cite(b.gpu_vendors)})")
     if a.gpu_names and b.gpu_names and not _names_overlap(a, b):
         reasons.append(f"different GPU models ({_cite(a.gpu_names)} vs {_cite(b.gpu_names)})")
     bus_reason = _bus_conflict(a, b)
@@ -190,6 +221,8 @@ def describe(identity: InputIdentity) -> str:
             parts.append(f"{counted(seen, 'GPU')} seen")
     if identity.gpu_names:
         parts.append(_values(identity.gpu_names))
+    elif identity.gpu_vendors:  # `8 GPUs, AMD` beside `8 GPUs, NVIDIA`: two labels a reader can tell apart
+        parts.append(_values(identity.gpu_vendors))
     if identity.gpu_bus_ids and not identity.gpu_names:
         parts.append("bus ids " + _bus_list(identity))
     if identity.driver_version is not None:

@@ -25,6 +25,18 @@ FULL_INVENTORY_FORMATS = frozenset({
     "amdsmi-readings",
 })
 
+# Formats printed by a tool that runs on one vendor's GPUs only, so the GPUs they list are that vendor's.
+# Other inputs (NCCL/RCCL logs, nccl-tests/rccl-tests, lspci) may be of either, and a merger's default
+# vendor for them is a guess, not a key.
+TOOL_VENDORS = {
+    **dict.fromkeys(("nvidia-smi-topo-matrix", "nvidia-smi-topo-p2p", "nvidia-smi-query", "nvidia-smi-query-gpu-csv",
+                     "nvidia-smi-query-fabric", "nvidia-smi-nvlink-status", "nvidia-smi-nvlink-capabilities",
+                     "nvidia-smi-nvlink-remote", "nvml-readings", "nvbandwidth", "p2p-bandwidth-latency-test"),
+                    "NVIDIA"),
+    **dict.fromkeys(("rocm-smi-showtopo", "amd-smi-topology", "amd-smi-static-bus", "rocm-bandwidth-test",
+                     "amdsmi-readings"), "AMD"),
+}
+
 
 def identity_of(machine: Machine, record: InputRecord) -> InputIdentity:
     """The keys of the one input `machine` was built from (its record's own keys included)."""
@@ -48,6 +60,9 @@ def identity_of(machine: Machine, record: InputRecord) -> InputIdentity:
             row = gpu.sources[0] if gpu.sources else None
             identity.add_affinity(f"GPU{gpu.index}", gpu.cpu_affinity, gpu.numa_node, row)
     for run in machine.nccl:
+        vendor = _library_vendor(run)
+        if vendor is not None:
+            identity.add_vendor(vendor, run.version_source)
         for rank in run.ranks:
             identity.add_hostname(rank.host, rank.source)
             identity.add_bus_id(rank.bus_id, rank.source)
@@ -57,6 +72,9 @@ def identity_of(machine: Machine, record: InputRecord) -> InputIdentity:
         _benchmark_keys(bench, identity)
     if not machine.gpus:
         _pci_gpu_keys(machine, identity)
+    vendor = TOOL_VENDORS.get(record.format or "")
+    if vendor is not None and (machine.gpus or machine.benchmarks):
+        identity.add_vendor(vendor, _count_source(machine) or _bench_source(machine))
     seen = _gpus_seen(machine, identity)
     if record.format in FULL_INVENTORY_FORMATS and machine.gpus:
         identity.set_count(len(machine.gpus), _count_source(machine))
@@ -106,6 +124,25 @@ def _gpus_seen(machine: Machine, identity: InputIdentity) -> int:
     if len(identity.hostnames) > 1:
         return 0
     return max(len(machine.gpus), len(identity.gpu_bus_ids), len(identity.gpu_uuids))
+
+
+def _library_vendor(run) -> str | None:
+    """RCCL runs on AMD GPUs; NCCL on NVIDIA's only when its version line says it was built with CUDA
+    (`2.18.5+cuda12.0`): a log without an RCCL sign is taken for NCCL, which is no proof of whose GPUs."""
+    if run.library == "RCCL":
+        return "AMD"
+    version = (run.version or "").lower()
+    if run.library == "NCCL" and "+cuda" in version:
+        return "NVIDIA"
+    return None
+
+
+def _bench_source(machine: Machine) -> SourceRef | None:
+    for bench in machine.benchmarks:
+        header = getattr(bench, "header_source", None)
+        if isinstance(header, SourceRef):
+            return header
+    return None
 
 
 def _count_source(machine: Machine) -> SourceRef | None:

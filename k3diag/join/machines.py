@@ -20,7 +20,12 @@ from k3diag.model.machine import InputRecord, Machine, MachineSet, Note
 def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord] = ()) -> MachineSet:
     """`problems` are inputs already known unreadable (missing paths, bundle warnings): reported, never grouped."""
     problems = list(problems)
-    parsed: list[ParsedInput] = [piece for item in evidence for piece in parse_evidence(item)]
+    parsed: list[ParsedInput] = []
+    origins: dict[int, str] = {}  # id(piece) -> the file or bundle it came from
+    for item in evidence:
+        for piece in parse_evidence(item):
+            parsed.append(piece)
+            origins[id(piece)] = _origin(item)
     readable = [piece for piece in parsed if piece.parsed]
     result = MachineSet(inputs=problems + [piece.record for piece in parsed])
     if len(readable) <= 1:
@@ -36,7 +41,8 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
         identity = identity_of(scratch, piece.record)
         piece.record.identity = identity
         members.append(Member(position=position, name=_display(piece.record), identity=identity,
-                              path=piece.record.path))
+                              path=origins.get(id(piece), piece.record.path),
+                              bundle=origins.get(id(piece), "") if origins.get(id(piece)) != piece.record.path else ""))
     groups = group_inputs(members)
     if len(groups) == 1:
         machine = _one_machine(problems, parsed)
@@ -80,6 +86,16 @@ def _one_machine(problems: list[InputRecord], parsed: list[ParsedInput]) -> Mach
         merge_parsed(piece, machine)
     finish_machine(machine)
     return machine
+
+
+def _origin(item: Evidence) -> str:
+    """The file an input came from, for the rule that a key-less part follows the rest of its file: a bundle's
+    member is of the bundle, which one host collected (its `lspci -vv` or `/proc/cmdline` names no GPU, yet
+    it is that host's, not a machine of its own when the bundle is analyzed with another machine's files)."""
+    member = item.meta.get("bundle_member") if isinstance(item.meta, dict) else None
+    if isinstance(member, str) and member and item.name.endswith(":" + member):
+        return item.name[: -len(member) - 1]
+    return item.name
 
 
 def _display(record: InputRecord) -> str:

@@ -65,6 +65,9 @@ class InputIdentity:
     gpu_serials: list[IdentityFact] = field(default_factory=list)
     gpu_bus_ids: list[IdentityFact] = field(default_factory=list)
     gpu_names: list[IdentityFact] = field(default_factory=list)
+    # Whose GPUs these are (`NVIDIA`, `AMD`), from a tool that runs on one vendor's GPUs only: an
+    # `nvidia-smi topo -m` and a `rocm-smi --showtopo` name no model, yet they are never one machine's.
+    gpu_vendors: list[IdentityFact] = field(default_factory=list)
     gpu_count: IdentityFact | None = None
     driver_version: IdentityFact | None = None
     cuda_version: IdentityFact | None = None  # the CUDA version the driver supports
@@ -99,6 +102,10 @@ class InputIdentity:
         if value and value.strip():
             _add(self.gpu_names, normalize_gpu_name(value), source, value.strip())
 
+    def add_vendor(self, value: str | None, source: SourceRef | None = None) -> None:
+        if value and value.strip():
+            _add(self.gpu_vendors, value.strip().lower(), source, value.strip())
+
     def set_count(self, count: int, source: SourceRef | None = None) -> None:
         if count > 0 and (self.gpu_count is None or int(self.gpu_count.value) < count):
             self.gpu_count = IdentityFact(str(count), source)
@@ -125,8 +132,8 @@ class InputIdentity:
 
     def update(self, other: "InputIdentity") -> None:
         """Add every key of `other` (the union of two inputs' keys, or a parser's and a reader's)."""
-        for name in ("hostnames", "gpu_uuids", "gpu_serials", "gpu_bus_ids", "gpu_names", "gpu_cpu_affinities",
-                     "gpu_numa_affinities"):
+        for name in ("hostnames", "gpu_uuids", "gpu_serials", "gpu_bus_ids", "gpu_names", "gpu_vendors",
+                     "gpu_cpu_affinities", "gpu_numa_affinities"):
             mine: list[IdentityFact] = getattr(self, name)
             for fact in getattr(other, name):
                 _add(mine, fact.value, fact.source, fact.shown)
@@ -142,7 +149,7 @@ class InputIdentity:
     def empty(self) -> bool:
         return not (
             self.hostnames or self.gpu_uuids or self.gpu_serials or self.gpu_bus_ids or self.gpu_names
-            or self.gpu_count or self.driver_version or self.cuda_version or self.rocm_version
+            or self.gpu_vendors or self.gpu_count or self.driver_version or self.cuda_version or self.rocm_version
         )
 
     def values(self, name: str) -> set[str]:
