@@ -57,7 +57,7 @@ def _report(evidence: list, as_json: bool, fail_on: str) -> int:
             (w.removeprefix("the probe could not run: ") for record in machine.inputs for w in record.warnings
              if w.startswith("the probe could not run: ")), "the probe produced no measurement")
         if as_json:
-            _write_json(machine, [], EXIT_UNKNOWN)
+            _write_json(machine, [], EXIT_UNKNOWN, verdict=_nothing_measured(reason))
         typer.echo(f"k3diag probe: nothing was measured: {reason}.", err=True)
         return EXIT_UNKNOWN
     analysis = analyze_machine(machine)
@@ -78,10 +78,21 @@ def _report(evidence: list, as_json: bool, fail_on: str) -> int:
     return code
 
 
-def _write_json(machine, findings: list, code: int, analysis=None) -> None:
+def _nothing_measured(reason: str) -> dict:
+    """The verdict of a probe that measured nothing: unknown, with the reason, never a missing verdict
+    (`verdict` is an object in every k3diag.report/1; a script reads `verdict.status`)."""
+    return {"level": "unknown", "text": f"Nothing was measured: {reason}.", "best_tp": None, "status": "unknown",
+            "lead": None, "plan": None,
+            "missing": [{"what": "a GPU and its driver library (libcuda.so.1 or libamdhip64.so) the probe can load",
+                         "command": "nvidia-smi -L; rocm-smi --showproductname; "
+                                    "ldconfig -p | grep -E 'libcuda.so.1|libamdhip64.so'"}]}
+
+
+def _write_json(machine, findings: list, code: int, analysis=None, verdict: dict | None = None) -> None:
     from k3diag.render.json_report import build_report, write
 
-    verdict = analysis.verdict.to_json() if analysis is not None else None
+    if analysis is not None:
+        verdict = analysis.verdict.to_json()
     recommendation = analysis.recommendation if analysis is not None else None
     report = build_report(machine, findings, recommendation, verdict, code)
     write(report, sys.stdout)

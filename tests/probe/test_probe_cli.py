@@ -118,3 +118,24 @@ def test_collect_probe_stores_the_readings_and_analyze_reads_them_back(tmp_path:
     probe = next(b for b in report["benchmarks"] if b["tool"] == "k3diag-probe")
     assert [g["host_to_device_gbps"] for g in probe["gpus"]] == [53.0, 53.0]
     assert any(i["format"] == "probe-readings" for i in report["inputs"])
+
+
+def test_without_a_gpu_driver_the_json_report_still_says_unknown_and_why() -> None:
+    """A script reads `verdict.status` of every report: a probe that measured nothing must not print
+    `"verdict": null` (which its own JSON Schema refuses), but unknown and the reason."""
+    import ctypes.util
+
+    import jsonschema
+
+    if ctypes.util.find_library("cuda") or ctypes.util.find_library("amdhip64"):
+        pytest.skip("this host has a GPU driver library")
+    done = _k3diag("--json")
+    assert done.returncode == 3
+    report = json.loads(done.stdout)
+    schema = json.loads((REPO / "k3diag" / "data" / "schema" / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    assert report["exit_code"] == 3
+    assert report["verdict"]["level"] == "unknown" and report["verdict"]["status"] == "unknown"
+    assert report["verdict"]["text"].startswith("Nothing was measured: libcuda.so.1 (the NVIDIA driver's CUDA library)")
+    assert report["verdict"]["missing"][0]["command"].startswith("nvidia-smi -L")
+    assert done.stderr.startswith("k3diag probe: nothing was measured: libcuda.so.1")
