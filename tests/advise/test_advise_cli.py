@@ -223,3 +223,18 @@ def test_live_collection_failure_is_one_sentence(monkeypatch):
     monkeypatch.setattr(k3diag.inputs, "load_live_machine", boom)
     code, _, err = run("--model", "k3")
     assert code == 3 and "could not read this host (sysfs not readable)" in err
+
+
+def test_json_is_strict_json_a_one_gpu_dimension_has_null_bandwidth():
+    """`"bandwidth_gbs": Infinity` (EP1 or PP1: no link) is not JSON: JSON.parse, Go's encoding/json and
+    serde_json refuse the whole plan. Every number is finite; the link-less dimension says null."""
+    code, out, err = run("--model", "k3", "--gpu", "mi355x", "--count", "8", "--json")
+    assert code == 0, err
+
+    def refuse(constant: str) -> float:
+        raise AssertionError(f"{constant} in advise --json")
+
+    data = json.loads(out, parse_constant=refuse)
+    tp8 = by_label(data, "TP8")
+    assert tp8["links"]["ep"]["class"] == "none" and tp8["links"]["ep"]["bandwidth_gbs"] is None
+    assert tp8["links"]["tp"]["bandwidth_gbs"] > 0
