@@ -138,3 +138,17 @@ def test_no_gpu_host_lists_its_pci_devices() -> None:
     row = next(line for line in out.splitlines() if "0000:00:03.0" in line)
     assert re.search(r"virtio-pci\s+-\s+-\s*$", row), row
     assert "?" not in out and "None" not in out
+
+
+def test_every_top_level_field_is_in_the_schema_and_the_field_guide(fixtures_dir: Path) -> None:
+    """A field a script can see must be declared in the JSON Schema and described in docs/report-schema.md
+    (the project's rule for new JSON fields): an undeclared field passes validation unnoticed."""
+    machine, _ = load_machine([fixtures_dir / "bundles" / "bad-8x-pcie-dual-socket"])
+    report = _report_for(machine)
+    joint, _ = load_machine([FIXTURES.parent / "k3diag" / "data" / "examples" / "dual-socket-8gpu-pcie"])
+    fields = set(report) | set(_report_for(joint))
+    assert {"host", "platform", "pcie_paths", "nccl_runs", "exit_code"} <= fields
+    guide = (FIXTURES.parent / "docs" / "report-schema.md").read_text()
+    undeclared = sorted(name for name in fields if name not in _schema()["properties"])
+    undocumented = sorted(name for name in fields if f"| `{name}" not in guide)
+    assert undeclared == [] and undocumented == []
