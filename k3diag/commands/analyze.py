@@ -13,7 +13,7 @@ from k3diag.commands._report import check_fail_on, check_json_indent, emit_machi
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze(
-        paths: List[Path] = typer.Argument(..., help="Saved tool outputs, folders of them, or k3diag bundles (.tar.gz or folder)."),
+        paths: List[Path] = typer.Argument(..., help="Saved tool outputs, folders of them, or k3diag bundles (.tar.gz or folder); - reads standard input."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report (schema k3diag.report/1) instead of tables."),
         json_indent: Optional[int] = typer.Option(None, "--json-indent", callback=check_json_indent, metavar="N",
                                                   help="Indent the JSON report N spaces (default: compact, one line)."),
@@ -23,7 +23,12 @@ def register(app: typer.Typer) -> None:
         details: bool = typer.Option(False, "--details", help="Add the matrices, PCIe paths, NCCL transports, the TP "
                                      "plan at every size and every finding in full."),
     ) -> None:
-        """Analyze saved outputs (nvidia-smi, lspci, NCCL logs, nccl-tests, rocm-smi...) and explain them."""
+        """Analyze saved outputs (nvidia-smi, lspci, NCCL logs, nccl-tests, rocm-smi...) and explain them.
+
+        Exit codes: 0 nothing warns, 1 warnings, 2 failures, 3 nothing could be analyzed or no GPU was
+        found, 64 a usage error (a path that does not exist or cannot be read, a bad option), 74 standard
+        output could not be written.
+        """
         from k3diag.commands._inputs import load_machine_or_exit
 
         machines, _ = load_machine_or_exit(list(paths), "analyze", several=True)

@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
 
         Exit codes: 0 every answer passes, 1 warnings or unanswered questions, 2 failures,
         3 nothing in the bundle could be analyzed (or the bundle was refused), 64 a wrong command
-        line (unknown --model, a bad --expect file, a report path that cannot be written).
+        line (unknown --model, a bad --expect file, a report path that cannot be written, a bundle
+        path that does not exist).
         """
         import json
         import sys

@@ -26,7 +26,12 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(20.0, "--timeout", min=1.0, help="Seconds each command may take before it is stopped."),
         root: Path = typer.Option(Path("/"), "--root", hidden=True, help="Read sysfs/proc under this root (testing)."),
     ) -> None:
-        """Show this host's GPUs, the paths between them, P2P status, and what is wrong."""
+        """Show this host's GPUs, the paths between them, P2P status, and what is wrong.
+
+        Exit codes: 0 nothing warns, 1 warnings, 2 failures, 3 nothing could be analyzed or no GPU was
+        found, 64 a usage error (a path that does not exist or cannot be read, a bad option), 74 standard
+        output could not be written.
+        """
         if from_paths:
             from k3diag.commands._inputs import load_machine_or_exit
 
