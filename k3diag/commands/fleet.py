@@ -22,8 +22,8 @@ def register(app: typer.Typer) -> None:
         Nodes are grouped by SKU; each group's majority shape is the expected one, and every node that
         differs is named with what differs and the evidence line. The drain list is a folded host list.
 
-        Exit codes: 0 every node passes and none differs, 1 warnings, unknown nodes or outliers, 2 a node
-        fails, 3 no input could be read, 64 a usage error (a path that does not exist).
+        Exit codes: 0 every node passes and none differs, 1 warnings, unknown nodes, outliers or inputs
+        not read, 2 a node fails, 3 no input could be read, 64 a usage error (a path that does not exist).
         """
         import sys
 

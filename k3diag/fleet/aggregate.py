@@ -158,7 +158,8 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
         code = EXIT_UNKNOWN
     elif states.get("fail"):
         code = EXIT_FAIL
-    elif states.get("warn") or states.get("unknown") or outlier_names:
+    # An input that could not be read is a node nobody judged: the fleet cannot pass on its account.
+    elif states.get("warn") or states.get("unknown") or outlier_names or unreadable:
         code = EXIT_WARN
     else:
         code = EXIT_OK

@@ -138,3 +138,22 @@ def test_a_report_of_several_machines_counts_each_machine(tmp_path: Path, fleet_
     expected = sorted((m.get("identity") or {}).get("hostname") or m["host"].get("hostname") or f"several#{n}"
                       for n, m in enumerate(machines, 1))
     assert names == expected
+
+
+def test_a_report_that_cannot_be_read_keeps_the_fleet_from_passing(tmp_path: Path) -> None:
+    """Two healthy nodes and one report cut short: the broken node was judged by nobody, so the fleet
+    exits 1 (as for an unknown node), not 0, and says which input it could not read."""
+    topo = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "topo-m-h100-nv18-narrow.txt"
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for name in ("gpu001", "gpu002"):
+        result = CliRunner().invoke(app, ["check", "--from", str(topo), "--node", name, "--format", "json"])
+        assert result.exit_code == 0, result.stdout
+        (reports / f"{name}.json").write_text(result.stdout)
+    (reports / "gpu003.json").write_text('{"schema": "k3diag.report/1", "findings": [')
+    result = fleet(str(reports))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0] == "k3diag fleet: 2 nodes in 1 group: 2 ok; 0 outliers; 1 input not read"
+    assert "gpu003.json is not JSON" in result.stdout
+    report = json.loads(fleet(str(reports), "--json").stdout)
+    assert report["exit_code"] == 1 and report["totals"]["unreadable"] == 1
