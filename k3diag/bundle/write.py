@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 from k3diag import __version__
 from k3diag.bundle.common import EVIDENCE_DIR, MANIFEST_NAME, SCHEMA, BundleError
 from k3diag.evidence import Evidence
+from k3diag.model import json_text
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 # Suffixes of archives k3diag does not write: `-o out.zip` must not become a folder named out.zip.
@@ -95,7 +95,7 @@ def write_bundle(evidence: list[Evidence], manifest: dict, out: Path, force: boo
     out = Path(out)
     check_output(out, force)
     members, full_manifest = _plan_members(evidence, manifest)
-    manifest_bytes = (json.dumps(full_manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode(
+    manifest_bytes = (json_text.dumps(full_manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode(
         "utf-8", errors="backslashreplace")
     if is_archive_name(out):
         _write_archive(out, manifest_bytes, members, full_manifest, top)

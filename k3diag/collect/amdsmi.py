@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from k3diag.evidence import Evidence
+from k3diag.model import json_text
 
 SCHEMA = "k3diag.amdsmi-readings/1"
 EVIDENCE_NAME = "amdsmi-readings.json"
@@ -418,6 +419,6 @@ def collect_amdsmi(backend: AmdSmiBackend | None = None) -> Evidence:
         name=EVIDENCE_NAME,
         kind="reading",
         format_hint=FORMAT_HINT,
-        data=json.dumps(readings, indent=1, sort_keys=True).encode("utf-8"),
+        data=json_text.dumps(readings, indent=1, sort_keys=True).encode("utf-8"),
         error=error,
     )

@@ -6,7 +6,6 @@ privileges and no GPU. Produces one `host-readings` evidence so a bundle carries
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -14,6 +13,7 @@ import socket
 from pathlib import Path
 
 from k3diag.evidence import Evidence
+from k3diag.model import json_text
 from k3diag.model.ids import parse_cpulist  # noqa: F401  (re-exported: callers import it from here)
 
 
@@ -126,6 +126,6 @@ def collect_host(root: Path = Path("/")) -> Evidence:
     return Evidence(
         name="host-readings.json",
         kind="reading",
-        data=json.dumps(reading, indent=1, sort_keys=True).encode(),
+        data=json_text.dumps(reading, indent=1, sort_keys=True).encode(),
         format_hint="host-readings",
     )

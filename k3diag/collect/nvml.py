@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
 from k3diag.evidence import Evidence
+from k3diag.model import json_text
 from k3diag.model.ids import fold_ranges
 
 SCHEMA = "k3diag.nvml-readings/1"
@@ -296,7 +297,7 @@ def _pair_nvlinks(a: dict, b: dict, bus_to_index: dict[str, int]) -> int | None:
 
 
 def _evidence(readings: dict[str, Any], error: str | None) -> Evidence:
-    data = json.dumps(readings, indent=1).encode()  # "schema" first, where a sniffer finds it
+    data = json_text.dumps(readings, indent=1).encode()  # "schema" first, where a sniffer finds it
     return Evidence(name=READINGS_NAME, kind="reading", format_hint=FORMAT, data=data, error=error)
 
 

@@ -9,12 +9,12 @@ beyond its first 64 bytes; what a non-root run misses is said in the snapshot's 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 from k3diag.evidence import Evidence
+from k3diag.model import json_text
 
 SNAPSHOT_SCHEMA = "k3diag.sysfs-snapshot/1"
 SNAPSHOT_NAME = "sysfs-snapshot.json"
@@ -70,7 +70,7 @@ def snapshot_evidence(root: Path) -> Evidence:
     except Exception as exc:  # a collector bug must cost this reading only
         return Evidence(name=SNAPSHOT_NAME, kind="reading", format_hint="sysfs-snapshot",
                         error=f"reading sysfs under {root} failed ({type(exc).__name__}: {exc})")
-    data = json.dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
+    data = json_text.dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
     return Evidence(name=SNAPSHOT_NAME, data=data, kind="reading", format_hint="sysfs-snapshot",
                     command=f"read {root / 'sys/bus/pci/devices'}", meta={"root": str(root)})
 

@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
         """Will MODEL load, generate and serve on this hardware? Memory ledger, layouts, roofline decode time."""
         # `k3diag advise BUNDLE --model k3`, like `k3diag audit BUNDLE --model k3`: paths given either way
         from_paths = [*(from_paths or []), *(paths or [])] or None
-        import json
+        from k3diag.model import json_text
 
         from k3diag.advise.catalog import CatalogError, find_model, load_config_file, parse_dtype_overrides, with_overrides
         from k3diag.advise.memory import ReserveSettings
@@ -222,7 +222,7 @@ def register(app: typer.Typer) -> None:
             data = plan.to_json()
             if plan.training is not None:
                 data["ranks"] = data["training"]["ranks"]
-            typer.echo(json.dumps(data, indent=2))
+            typer.echo(json_text.dumps(data, indent=2))
             return
         text = render(plan, terminal=sys.stdout.isatty())
         if text is not None:

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         line (unknown --model, a bad --expect file, a report path that cannot be written, a bundle
         path that does not exist).
         """
-        import json
+        from k3diag.model import json_text
         import sys
 
         from k3diag.exit_codes import EXIT_USAGE
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"k3diag audit: could not write the report ({exc.strerror or exc}); check the path", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         if as_json:
-            text = json.dumps(report.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
+            text = json_text.dumps(report.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
             sys.stdout.flush()
             buffer = getattr(sys.stdout, "buffer", None)
             if buffer is not None:  # always valid UTF-8, whatever the locale or a stray surrogate

@@ -57,9 +57,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"k3diag fleet: could not write the summary ({exc.strerror or exc}); check the path", err=True)
             raise typer.Exit(EXIT_FAIL) from None
         if as_json:
-            import json
+            from k3diag.model import json_text
 
-            sys.stdout.write(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text.dumps(report, indent=1, ensure_ascii=False) + "\n")
         else:
             from k3diag.fleet.render_text import render_text
 

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
 
         Exit codes: 0 the layouts were ranked; 3 nothing comparable could be read (no results, or runs at different loads, lengths or models); 64 a usage error.
         """
-        import json
+        from k3diag.model import json_text
         import sys
 
         for name, value in (("--slo-tpot-ms", slo_tpot_ms), ("--slo-ttft-ms", slo_ttft_ms)):
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 _fail(f"could not write {html} ({exc.strerror or exc}); check the path.")
             written = str(html)
         if as_json:
-            sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
         elif sys.stdout.isatty():
             from k3diag.render.serving_text import render_terminal
 

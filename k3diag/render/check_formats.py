@@ -265,9 +265,9 @@ def write_prom_file(path: Path, text: str) -> None:
 
 def render(fmt: str, report: dict, code: int, timing: dict) -> str:
     if fmt == "json":
-        import json
+        from k3diag.model import json_text
 
-        return json.dumps(report, indent=2, default=str) + "\n"
+        return json_text.dumps(report, indent=2, default=str) + "\n"
     renderer = {"text": render_text, "nagios": render_nagios, "npd": render_npd, "nhc": render_nhc,
                 "prom": render_prom}[fmt]
     return renderer(report, code, timing)

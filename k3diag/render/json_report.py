@@ -12,6 +12,7 @@ from typing import Any, Callable, TextIO
 
 from k3diag import __version__
 from k3diag.analyze.finding import Finding
+from k3diag.model import json_text
 from k3diag.model.machine import Machine
 
 SCHEMA_ID = "k3diag.report/1"
@@ -135,7 +136,7 @@ def _fabric(machine: Machine, report) -> dict | None:
 
 def dumps(report: dict, indent: int | None = 2) -> str:
     """The report as one string (tests, small reports); the CLI streams it with `write`."""
-    return json.dumps(report, indent=indent, sort_keys=False, default=_default)
+    return json_text.dumps(report, indent=indent, sort_keys=False, default=_default)
 
 
 # The report is written member by member, and a long list (5,000 PCI devices, thousands of
@@ -149,13 +150,28 @@ def write(report: dict, out: TextIO, indent: int | None = None) -> None:
     """Write the report to `out` as it is encoded, then a newline.
 
     Compact by default (no spaces, one line: what scripts read, and the smallest); `indent`
-    indents it for people (`--json-indent 2`), with the standard library's streaming encoder.
-    Either way the same document: `json.loads` of both gives equal values."""
+    indents it for people (`--json-indent 2`), the text of one top-level member at a time (as
+    `json.dump` would indent it). Either way the same document: `json.loads` of both gives equal
+    values; and a JSON one (a non-finite number is `null`: `model.json_text`)."""
     if indent is not None:
-        json.dump(report, out, indent=indent, sort_keys=False, default=_default)
+        _write_indented(report, out, indent)
     else:
         _write_compact(report, out, depth=0)
     out.write("\n")
+
+
+def _write_indented(report: dict, out: TextIO, indent: int) -> None:
+    if not report:
+        out.write("{}")
+        return
+    # A member's own text is indented one level deeper inside the object: JSON text holds no raw newline
+    # but those the encoder puts between items, so each of them gains the object's indent.
+    pad = " " * indent
+    out.write("{")
+    for index, (key, item) in enumerate(report.items()):
+        text = json_text.dumps(item, indent=indent, sort_keys=False, default=_default)
+        out.write(("," if index else "") + "\n" + pad + json.dumps(key) + ": " + text.replace("\n", "\n" + pad))
+    out.write("\n}")
 
 
 def _write_compact(value: Any, out: TextIO, depth: int) -> None:
@@ -181,7 +197,7 @@ def _compact_encoder() -> Callable[[Any], str]:
     # No circular-reference check: the report is a tree of fresh dicts and lists (`to_json`), and the check
     # keeps a dict of every container's id while encoding (25,000 of them for 5,000 PCI devices: ~4% of
     # the encoding). A cycle would still stop the encoder, with a RecursionError instead of a ValueError.
-    return json.JSONEncoder(separators=(",", ":"), default=_default, check_circular=False).encode
+    return json_text.finite_encoder(separators=(",", ":"), default=_default, check_circular=False)
 
 
 def _default(value: Any) -> Any:
