@@ -17,12 +17,23 @@ if TYPE_CHECKING:
     from k3diag.analyze.pipeline import Analysis
 
 
-def several_verdict(machines: MachineSet) -> dict:
+def several_verdict(machines: MachineSet, analyses: list["Analysis"] = (), lead: str | None = None) -> dict:
+    """No joint verdict, but the same fields as one machine's (docs/report-schema.md): a script reading
+    `verdict.status` gets the mix's default exit code in words (the worst machine's, at least warn)."""
+    from k3diag.analyze.machines import combined_exit_code
+    from k3diag.analyze.verdict import STATUS_BY_EXIT, exit_code_for
+
+    default_codes = [exit_code_for(analysis.machine, analysis.findings) for analysis in analyses]
+    status = STATUS_BY_EXIT.get(combined_exit_code(default_codes, "warn"), "unknown")
     return {
         "level": "unknown",
         "text": f"These inputs describe {len(machines.machines)} different machines; each has its own verdict "
                 "in machines[], and none joins them.",
         "best_tp": None,
+        "status": status,
+        "lead": lead,
+        "missing": [],
+        "plan": None,
     }
 
 
@@ -31,7 +42,7 @@ def build_machines_report(machines: MachineSet, analyses: list["Analysis"], code
     from k3diag.render.json_report import build_report
 
     top = Machine(inputs=list(machines.inputs), notes=list(machines.notes))
-    report = build_report(top, [finding], None, several_verdict(machines), exit_code)
+    report = build_report(top, [finding], None, several_verdict(machines, analyses, finding.key), exit_code)
     report["machines"] = []
     for machine, analysis, code in zip(machines.machines, analyses, codes):
         entry = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)

@@ -152,3 +152,23 @@ def test_every_top_level_field_is_in_the_schema_and_the_field_guide(fixtures_dir
     undeclared = sorted(name for name in fields if name not in _schema()["properties"])
     undocumented = sorted(name for name in fields if f"| `{name}" not in guide)
     assert undeclared == [] and undocumented == []
+
+
+def test_a_report_of_several_machines_has_a_whole_verdict() -> None:
+    """`verdict.status` is in every report: with two machines the top-level verdict has no joint level
+    but still says the exit status in words (the mix is at least a warning), its lead and the same keys."""
+    from typer.testing import CliRunner
+
+    from k3diag.cli import app
+
+    h100 = FIXTURES / "nvidia" / "topo-m-h100-nv18-narrow.txt"
+    v100 = FIXTURES / "nvidia" / "smi-q-v100-410-old-layout.txt"
+    result = CliRunner().invoke(app, ["analyze", str(h100), str(v100), "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    jsonschema.validate(report, _schema())
+    verdict = report["verdict"]
+    assert len(report["machines"]) == 2 and [m["verdict"]["status"] for m in report["machines"]] == ["ok", "ok"]
+    assert set(verdict) == set(report["machines"][0]["verdict"])
+    assert (verdict["level"], verdict["status"], verdict["lead"]) == ("unknown", "warn", "inputs-several-machines")
+    assert verdict["missing"] == [] and verdict["plan"] is None
