@@ -38,6 +38,7 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
     evidence: list[Evidence] = []
     problems: list[InputRecord] = []
     unusable: list[str] = []
+    given = _Given()
     for path in paths:
         name = str(path)
         if name == "-":
@@ -47,6 +48,8 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
             os.lstat(path)
         except OSError as exc:
             unusable.append(str(_sentence_for(os.path.abspath(name), exc)))
+            continue
+        if given.again(path, name):
             continue
         if _is_bundle(path):
             from k3diag.bundle import BundleError, read_bundle
@@ -62,15 +65,19 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
             evidence.extend(bundle.evidence)
             if manifests is not None:
                 manifests.append(bundle.manifest)
-            if bundle.warnings:
-                problems.append(InputRecord(path=name, format="bundle", warnings=list(bundle.warnings)))
-            else:
-                problems.append(InputRecord(path=name, format="bundle"))
+            record = InputRecord(path=name, format="bundle", warnings=list(bundle.warnings))
+            given.first(path, record.warnings)
+            problems.append(record)
             continue
         if path.is_dir():
             found, folder_problems = _walk_folder(path)
-            evidence.extend(found)
+            kept = [item for item in found if item.path is None or not given.again(item.path, item.name)]
+            for item in kept:
+                given.first(item.path, item.notes)
+            evidence.extend(kept)
             problems.extend(folder_problems)
+            # a folder given again is said by its first file read (or its first problem)
+            given.first(path, kept[0].notes if kept else folder_problems[0].warnings if folder_problems else None)
             continue
         try:
             handle, is_stream = open_input(path, allow_stream=True)
@@ -79,7 +86,9 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
             continue
         with handle:
             if not is_stream:
-                evidence.append(Evidence(name=name, path=path))
+                item = Evidence(name=name, path=path)
+                given.first(path, item.notes)
+                evidence.append(item)
                 continue
             try:
                 data, cut = read_stream(handle, MAX_TEXT_BYTES)
@@ -90,6 +99,44 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
     if unusable:
         raise InputPathError(unusable)
     return evidence, problems
+
+
+class _Given:
+    """The files, folders and bundles already given (by device and inode: `a.txt ./a.txt`, a link to it, a file
+    named and its folder named too): each is read once, and the input read says under which other names it came
+    again, so a file given twice counts nothing twice (GPUs, communicators, benchmark runs, PCIe devices)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int], tuple[str, list[str] | None]] = {}
+        self._names: dict[tuple[int, int], str] = {}
+
+    @staticmethod
+    def _key(path: Path) -> tuple[int, int] | None:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
+
+    def first(self, path: Path, sentences: list[str] | None) -> None:
+        """`path` is read; later names of it say so in `sentences` (its warnings or notes), when it has any."""
+        key = self._key(path)
+        if key is not None and key in self._names:
+            self._seen[key] = (self._names[key], sentences)
+
+    def again(self, path: Path, name: str) -> bool:
+        """Whether `path` was given before (then it is not read again, and the first says so)."""
+        key = self._key(path)
+        if key is None:
+            return False
+        if key not in self._names:
+            self._names[key] = name
+            return False
+        first, sentences = self._seen.get(key, (self._names[key], None))
+        if sentences is not None:
+            sentences.append(f"{name} was given twice: it was read once" if name == first else
+                             f"{name} is {first} again (given twice): it was read once")
+        return True
 
 
 def _add_stream(name: str, data: bytes, cut: bool, evidence: list[Evidence], problems: list[InputRecord],
