@@ -10,7 +10,9 @@ ranges), cloned with the bus id rewritten (domains 0000.., buses 00-ff, devices 
 every block is a distinct device, as `lspci -D -vv` prints a very large host. Reported in one
 run, on the same file, after one warm-up read so both read from the page cache: the time of
 `grep -c LnkSta`, the time of `k3diag.parse.lspci.parse` (text normalization included, file
-read excluded; the best of `--repeat` runs of each), the parser's time per device and the ratio.
+read excluded), the parser's time per device and the ratio. The two alternate, `--repeat`
+rounds of grep then the parser, so a change of the machine's speed weighs on both: the best of
+each against the other, and the median and range of the rounds' own ratios.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,31 +55,36 @@ def generate(devices: int) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def time_grep(path: Path, repeat: int) -> tuple[float, int]:
+def time_grep_once(grep: str, path: Path) -> tuple[float, int]:
+    started = time.perf_counter()
+    done = subprocess.run([grep, "-c", "LnkSta", str(path)], capture_output=True, text=True, check=False, timeout=300)
+    return time.perf_counter() - started, int(done.stdout.strip() or 0)
+
+
+def time_parser_once(text: str, name: str) -> tuple[float, int]:
+    started = time.perf_counter()
+    result = lspci.parse(Section(text, 1), name)
+    seconds = time.perf_counter() - started
+    devices = sum(1 for device in result.devices if device.link is not None and device.link.source is not None)
+    result = None  # freed here, not inside the next timed call
+    return seconds, devices
+
+
+def alternate(path: Path, repeat: int) -> tuple[list[float], list[float], int, int]:
+    """grep and the parser one after the other, `repeat` rounds: this VM's speed changes from one minute to
+    the next (1.5x), so each round's ratio compares two runs made at the same speed."""
     grep = shutil.which("grep")
     if grep is None:
         raise SystemExit("grep is not on PATH")
-    best, count = float("inf"), 0
-    for _ in range(repeat):
-        started = time.perf_counter()
-        done = subprocess.run([grep, "-c", "LnkSta", str(path)], capture_output=True, text=True, check=False,
-                              timeout=300)
-        best = min(best, time.perf_counter() - started)
-        count = int(done.stdout.strip() or 0)
-    return best, count
-
-
-def time_parser(path: Path, repeat: int) -> tuple[float, int]:
     text = path.read_text()
-    best = float("inf")
-    devices = 0
+    grep_times, parse_times = [], []
+    grep_count = devices = 0
     for _ in range(repeat):
-        result = None  # the previous run's result is freed here, not inside the timed call
-        started = time.perf_counter()
-        result = lspci.parse(Section(text, 1), path.name)
-        best = min(best, time.perf_counter() - started)
-        devices = sum(1 for device in result.devices if device.link is not None and device.link.source is not None)
-    return best, devices
+        seconds, grep_count = time_grep_once(grep, path)
+        grep_times.append(seconds)
+        seconds, devices = time_parser_once(text, path.name)
+        parse_times.append(seconds)
+    return grep_times, parse_times, grep_count, devices
 
 
 def main() -> int:
@@ -95,14 +103,16 @@ def main() -> int:
     path.write_text(generate(args.devices))
     try:
         path.read_bytes()  # warm the page cache for both contenders
-        grep_s, grep_count = time_grep(path, args.repeat)
-        parse_s, parsed = time_parser(path, args.repeat)
+        grep_times, parse_times, grep_count, parsed = alternate(path, args.repeat)
+        grep_s, parse_s = min(grep_times), min(parse_times)
+        ratios = sorted(p / g for p, g in zip(parse_times, grep_times))
         size_mb = path.stat().st_size / 1e6
-        print(f"file: {path} ({args.devices} devices, {size_mb:.1f} MB)")
+        print(f"file: {path} ({args.devices} devices, {size_mb:.1f} MB); {args.repeat} rounds, grep then the parser")
         print(f"grep -c LnkSta : {grep_s * 1000:8.1f} ms  ({grep_count} lines: LnkSta and LnkSta2)")
         print(f"k3diag lspci   : {parse_s * 1000:8.1f} ms  ({parsed} devices with a LnkSta, "
               f"{parse_s / max(args.devices, 1) * 1e6:.1f} us/device)")
-        print(f"ratio          : {parse_s / grep_s:8.1f}x grep")
+        print(f"ratio          : {parse_s / grep_s:8.1f}x grep (best against best)")
+        print(f"round ratios   : median {statistics.median(ratios):.1f}x, from {ratios[0]:.1f}x to {ratios[-1]:.1f}x")
         if parsed != args.devices:
             print(f"warning: {args.devices} devices generated, the parser read a LnkSta on {parsed}")
     finally:
