@@ -70,3 +70,13 @@ def test_a_link_to_a_file_is_the_file(tmp_path: Path) -> None:
     report = _json(log, link)
     assert len(report["nccl_runs"]) == 1
     assert f"{link} is {log} again (given twice): it was read once" in report["inputs"][0]["warnings"]
+
+
+def test_a_gpu_tool_s_name_in_a_file_name_is_not_a_failed_gpu_tool() -> None:
+    # the plain `nvidia-smi` table given twice: its file name holds `nvidia-smi`, and the sentence that says it
+    # came twice quotes the name; before, that sentence was taken for a collector's "`nvidia-smi` failed" and
+    # added a `no-gpu-found` finding the same file given once does not have
+    name = FIXTURES / "nvidia" / "nvidia-smi-390-2x-m40-table-nvidia-docker-759.txt"
+    once, twice = _json(name), _json(name, name)
+    assert [f["id"] for f in once["findings"]] == [f["id"] for f in twice["findings"]] == []
+    assert twice["exit_code"] == once["exit_code"] == 3

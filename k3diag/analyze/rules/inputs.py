@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from k3diag.analyze.finding import Finding, Rule
@@ -23,13 +24,19 @@ def _gpu_like_pci_devices(machine: Machine) -> list:
     return found
 
 
+# How a collector says a GPU tool it ran failed: the command quoted (`nvidia-smi` is not installed...,
+# `rocm-smi --showtopo` did not finish...), or the amdsmi package missing. A file name that holds a tool's
+# name (`nvidia-smi-390-2x-m40.txt was given twice`) is not one.
+_TRIED_GPU_TOOL_RE = re.compile(r"`(?:nvidia-smi|amd-smi|rocm-smi)[` ]|the amdsmi Python package")
+
+
 def _tried_gpu_tool(warning: str) -> bool:
-    """A bundle's record of a GPU tool that was run and failed (`nvidia-smi` is not installed...); not the
-    "format not recognized" of any saved file, whose list of readable formats names the same tools, nor a
-    plain `nvidia-smi`/`rocm-smi` table, which shows GPUs."""
+    """A bundle's record of a GPU tool that was run and failed; not the "format not recognized" of any saved
+    file, whose list of readable formats names the same tools, nor a plain `nvidia-smi`/`rocm-smi` table,
+    which shows GPUs."""
     if "format not recognized" in warning or "shows no link between GPUs" in warning:  # a GPU tool's table: it ran
         return False
-    return any(tool in warning for tool in ("nvidia-smi", "amdsmi", "amd-smi", "rocm-smi"))
+    return _TRIED_GPU_TOOL_RE.search(warning) is not None
 
 
 def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
