@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -49,7 +50,8 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
         except OSError as exc:
             unusable.append(str(_sentence_for(os.path.abspath(name), exc)))
             continue
-        if given.again(path, name):
+        first = given.first_time(path, name)
+        if first is None:
             continue
         if _is_bundle(path):
             from k3diag.bundle import BundleError, read_bundle
@@ -66,18 +68,21 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
             if manifests is not None:
                 manifests.append(bundle.manifest)
             record = InputRecord(path=name, format="bundle", warnings=list(bundle.warnings))
-            given.first(path, record.warnings)
+            first.sentences = record.warnings
             problems.append(record)
             continue
         if path.is_dir():
             found, folder_problems = _walk_folder(path)
-            kept = [item for item in found if item.path is None or not given.again(item.path, item.name)]
-            for item in kept:
-                given.first(item.path, item.notes)
+            kept = []
+            for item in found:
+                found_first = given.first_time(item.path, item.name) if item.path is not None else _First(item.name)
+                if found_first is not None:
+                    found_first.sentences = item.notes
+                    kept.append(item)
             evidence.extend(kept)
             problems.extend(folder_problems)
             # a folder given again is said by its first file read (or its first problem)
-            given.first(path, kept[0].notes if kept else folder_problems[0].warnings if folder_problems else None)
+            first.sentences = kept[0].notes if kept else folder_problems[0].warnings if folder_problems else None
             continue
         try:
             handle, is_stream = open_input(path, allow_stream=True)
@@ -87,7 +92,7 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
         with handle:
             if not is_stream:
                 item = Evidence(name=name, path=path)
-                given.first(path, item.notes)
+                first.sentences = item.notes
                 evidence.append(item)
                 continue
             try:
@@ -101,42 +106,38 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
     return evidence, problems
 
 
+@dataclass
+class _First:
+    """An input read for the first time: `sentences` (its warnings or notes, once it has them) say under which
+    other names it came again."""
+
+    name: str
+    sentences: list[str] | None = None
+
+
 class _Given:
-    """The files, folders and bundles already given (by device and inode: `a.txt ./a.txt`, a link to it, a file
-    named and its folder named too): each is read once, and the input read says under which other names it came
-    again, so a file given twice counts nothing twice (GPUs, communicators, benchmark runs, PCIe devices)."""
+    """The files, folders and bundles already given, by device and inode (`a.txt ./a.txt`, a link to it, a file
+    named and its folder named too): each is read once, so a file given twice counts nothing twice (GPUs,
+    communicators, benchmark runs, PCIe devices), and the first says it came again."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[int, int], tuple[str, list[str] | None]] = {}
-        self._names: dict[tuple[int, int], str] = {}
+        self._seen: dict[tuple[int, int], _First] = {}
 
-    @staticmethod
-    def _key(path: Path) -> tuple[int, int] | None:
+    def first_time(self, path: Path, name: str) -> _First | None:
+        """The entry of `path` if it was not given before; None if it was (the first then says so)."""
         try:
             info = os.stat(path)
         except OSError:
-            return None
-        return (info.st_dev, info.st_ino)
-
-    def first(self, path: Path, sentences: list[str] | None) -> None:
-        """`path` is read; later names of it say so in `sentences` (its warnings or notes), when it has any."""
-        key = self._key(path)
-        if key is not None and key in self._names:
-            self._seen[key] = (self._names[key], sentences)
-
-    def again(self, path: Path, name: str) -> bool:
-        """Whether `path` was given before (then it is not read again, and the first says so)."""
-        key = self._key(path)
-        if key is None:
-            return False
-        if key not in self._names:
-            self._names[key] = name
-            return False
-        first, sentences = self._seen.get(key, (self._names[key], None))
-        if sentences is not None:
-            sentences.append(f"{name} was given twice: it was read once" if name == first else
-                             f"{name} is {first} again (given twice): it was read once")
-        return True
+            return _First(name)  # nothing to know it by: read it
+        key = (info.st_dev, info.st_ino)
+        first = self._seen.get(key)
+        if first is None:
+            first = self._seen[key] = _First(name)
+            return first
+        if first.sentences is not None:
+            first.sentences.append(f"{name} was given twice: it was read once" if name == first.name else
+                                   f"{name} is {first.name} again (given twice): it was read once")
+        return None
 
 
 def _add_stream(name: str, data: bytes, cut: bool, evidence: list[Evidence], problems: list[InputRecord],

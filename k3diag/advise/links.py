@@ -8,7 +8,6 @@ says which one it used.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -46,8 +45,8 @@ class LinkInfo:
         return {
             "class": self.klass,
             "code": self.code,
-            # a layout dimension of one GPU has no link (infinite bandwidth): JSON has no Infinity, so null
-            "bandwidth_gbs": round(self.bandwidth_gbs, 2) if math.isfinite(self.bandwidth_gbs) else None,
+            # a layout dimension of one GPU has no link: infinite bandwidth, written as null (`model.json_text`)
+            "bandwidth_gbs": round(self.bandwidth_gbs, 2),
             "latency_us": round(self.latency_us, 2),
             "measured": self.measured,
             "source": self.source,

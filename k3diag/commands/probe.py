@@ -81,11 +81,11 @@ def _report(evidence: list, as_json: bool, fail_on: str) -> int:
 def _nothing_measured(reason: str) -> dict:
     """The verdict of a probe that measured nothing: unknown, with the reason, never a missing verdict
     (`verdict` is an object in every k3diag.report/1; a script reads `verdict.status`)."""
-    return {"level": "unknown", "text": f"Nothing was measured: {reason}.", "best_tp": None, "status": "unknown",
-            "lead": None, "plan": None,
-            "missing": [{"what": "a GPU and its driver library (libcuda.so.1 or libamdhip64.so) the probe can load",
-                         "command": "nvidia-smi -L; rocm-smi --showproductname; "
-                                    "ldconfig -p | grep -E 'libcuda.so.1|libamdhip64.so'"}]}
+    from k3diag.analyze.verdict import Verdict
+
+    missing = [{"what": "a GPU and its driver library (libcuda.so.1 or libamdhip64.so) the probe can load",
+                "command": "nvidia-smi -L; rocm-smi --showproductname; ldconfig -p | grep -E 'libcuda.so.1|libamdhip64.so'"}]
+    return Verdict("unknown", f"Nothing was measured: {reason}.", None, status="unknown", missing=missing).to_json()
 
 
 def _write_json(machine, findings: list, code: int, analysis=None, verdict: dict | None = None) -> None:

@@ -21,19 +21,21 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
     """`problems` are inputs already known unreadable (missing paths, bundle warnings): reported, never grouped."""
     problems = list(problems)
     parsed: list[ParsedInput] = []
-    origins: dict[int, str] = {}  # id(piece) -> the file or bundle it came from
+    # beside `parsed`: the input each piece came from, and its bundle ("" for a file given as it is)
+    origins: list[tuple[str, str]] = []
     for item in evidence:
+        bundle = _bundle_of(item)
         for piece in parse_evidence(item):
             parsed.append(piece)
-            origins[id(piece)] = _origin(item)
-    readable = [piece for piece in parsed if piece.parsed]
+            origins.append((bundle or item.name, bundle))
+    readable = [(piece, origin) for piece, origin in zip(parsed, origins) if piece.parsed]
     result = MachineSet(inputs=problems + [piece.record for piece in parsed])
     if len(readable) <= 1:
         result.machines.append(_one_machine(problems, parsed))
         return result
 
     members: list[Member] = []
-    for position, piece in enumerate(readable):
+    for position, (piece, (origin, bundle)) in enumerate(readable):
         # A throwaway record: the merger's warnings about this input are said once, by the real merge.
         trial = replace(piece.record, warnings=list(piece.record.warnings))
         scratch = Machine()
@@ -41,8 +43,7 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
         identity = identity_of(scratch, piece.record)
         piece.record.identity = identity
         members.append(Member(position=position, name=_display(piece.record), identity=identity,
-                              path=origins.get(id(piece), piece.record.path),
-                              bundle=origins.get(id(piece), "") if origins.get(id(piece)) != piece.record.path else ""))
+                              path=origin, bundle=bundle))
     groups = group_inputs(members)
     if len(groups) == 1:
         machine = _one_machine(problems, parsed)
@@ -53,7 +54,7 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
     for number, group in enumerate(groups, 1):
         machine = Machine()
         for member in sorted(group.members, key=lambda m: m.position):
-            piece = readable[member.position]
+            piece = readable[member.position][0]
             piece.record.machine = number
             piece.record.machine_reason = member.reason
             merge_parsed(piece, machine)
@@ -88,14 +89,15 @@ def _one_machine(problems: list[InputRecord], parsed: list[ParsedInput]) -> Mach
     return machine
 
 
-def _origin(item: Evidence) -> str:
-    """The file an input came from, for the rule that a key-less part follows the rest of its file: a bundle's
-    member is of the bundle, which one host collected (its `lspci -vv` or `/proc/cmdline` names no GPU, yet
-    it is that host's, not a machine of its own when the bundle is analyzed with another machine's files)."""
+def _bundle_of(item: Evidence) -> str:
+    """The bundle an input came from ("" if none): for the rule that a key-less part follows the rest of its
+    file, a bundle's member is of the bundle, which one host collected (its `lspci -vv` or `/proc/cmdline`
+    names no GPU, yet it is that host's, not a machine of its own when the bundle is analyzed with another
+    machine's files)."""
     member = item.meta.get("bundle_member") if isinstance(item.meta, dict) else None
     if isinstance(member, str) and member and item.name.endswith(":" + member):
         return item.name[: -len(member) - 1]
-    return item.name
+    return ""
 
 
 def _display(record: InputRecord) -> str:

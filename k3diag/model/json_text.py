@@ -35,23 +35,19 @@ def finite_only(value: Any, default: Callable[[Any], Any] | None = None) -> Any:
 
 def dumps(value: Any, *, default: Callable[[Any], Any] | None = None, **options: Any) -> str:
     """`json.dumps(value, **options)`, with `null` for each non-finite number."""
-    try:
-        return json.dumps(value, default=default, allow_nan=False, **options)
-    except ValueError as exc:
-        if "not JSON compliant" not in str(exc):  # a circular reference: not ours to hide
-            raise
-        return json.dumps(finite_only(value, default), default=default, allow_nan=False, **options)
+    return finite_encoder(default, **options)(value)
 
 
 def finite_encoder(default: Callable[[Any], Any] | None = None, **options: Any) -> Callable[[Any], str]:
-    """An `encode` function (the C encoder's speed) that writes `null` for each non-finite number."""
+    """An `encode` function (`json.JSONEncoder(**options).encode`, what `json.dumps` calls) that writes `null`
+    for each non-finite number."""
     encode = json.JSONEncoder(default=default, allow_nan=False, **options).encode
 
     def encode_finite(value: Any) -> str:
         try:
             return encode(value)
         except ValueError as exc:
-            if "not JSON compliant" not in str(exc):
+            if "not JSON compliant" not in str(exc):  # a circular reference: not ours to hide
                 raise
             return encode(finite_only(value, default))
 

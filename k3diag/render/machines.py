@@ -21,20 +21,13 @@ def several_verdict(machines: MachineSet, analyses: list["Analysis"] = (), lead:
     """No joint verdict, but the same fields as one machine's (docs/report-schema.md): a script reading
     `verdict.status` gets the mix's default exit code in words (the worst machine's, at least warn)."""
     from k3diag.analyze.machines import combined_exit_code
-    from k3diag.analyze.verdict import STATUS_BY_EXIT, exit_code_for
+    from k3diag.analyze.verdict import STATUS_BY_EXIT, Verdict, exit_code_for
 
     default_codes = [exit_code_for(analysis.machine, analysis.findings) for analysis in analyses]
     status = STATUS_BY_EXIT.get(combined_exit_code(default_codes, "warn"), "unknown")
-    return {
-        "level": "unknown",
-        "text": f"These inputs describe {len(machines.machines)} different machines; each has its own verdict "
-                "in machines[], and none joins them.",
-        "best_tp": None,
-        "status": status,
-        "lead": lead,
-        "missing": [],
-        "plan": None,
-    }
+    text = (f"These inputs describe {len(machines.machines)} different machines; each has its own verdict in "
+            "machines[], and none joins them.")
+    return Verdict("unknown", text, None, status=status, lead=lead).to_json()
 
 
 def build_machines_report(machines: MachineSet, analyses: list["Analysis"], codes: list[int],
