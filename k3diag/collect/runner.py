@@ -159,6 +159,7 @@ def run_command(
         by_deadline = deadline is not None and limit_s < timeout_s
         if by_deadline:
             assert deadline is not None
+            meta["stopped_at_deadline"] = True  # the run's deadline, not the command's own limit: not a hang
             error = (f"`{command}` was stopped after {limit_s:.1f} s, when the collection's deadline of "
                      f"{deadline.seconds:g} s was reached; run it by hand or give a longer --deadline")
         else:

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator
 
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence, TextRead
 from k3diag.model.identity import InputIdentity
-from k3diag.model.machine import InputRecord, Machine
+from k3diag.model.machine import InputRecord, Machine, Note
 from k3diag.model.source import SourceRef
 from k3diag.parse.detect import (
     STREAM_SNIFF_BYTES,
@@ -33,7 +33,7 @@ class ParsedInput:
     record: InputRecord
     spec: FormatSpec | None = None  # None: nothing was parsed; the record says why
     result: Any = None
-    note: tuple[str, str] | None = None  # (subject, sentence) the evidence itself reported
+    note: Note | None = None  # what the evidence itself reported (a command's failure, its time-out)
 
     @property
     def parsed(self) -> bool:
@@ -71,7 +71,7 @@ def ingest(item: Evidence, machine: Machine) -> None:
 def merge_parsed(parsed: ParsedInput, machine: Machine) -> None:
     """Record the input in `machine` and merge its records: a merger bug costs this one input."""
     if parsed.note is not None:
-        machine.note(*parsed.note)
+        machine.keep_note(parsed.note)
     machine.inputs.append(parsed.record)
     if not parsed.parsed:
         return
@@ -109,7 +109,19 @@ def fill_derived_links(machine: Machine) -> None:
 
 def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
     """Parse one piece of evidence (each section of a file on its own); never raises."""
-    note = (item.name, item.error) if item.error else None
+    # a command or reading k3diag (or a bundle's collector) ran that failed or printed nothing: said on the
+    # records, so that rules need not read it from the words of a warning
+    failed = item.kind != "file" and (item.error is not None or item.timed_out or item.size == 0)
+    for parsed in _parse_evidence(item):
+        if failed:
+            parsed.record.collection_failed = True
+        yield parsed
+
+
+def _parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
+    # stopped at its own time limit, not at the run's deadline: a command that hung
+    hung = item.timed_out and not (item.meta or {}).get("stopped_at_deadline")
+    note = Note(subject=item.name, message=item.error, timed_out=hung) if item.error else None
     if item.error and not item.data and item.path is None:
         record = InputRecord(path=item.name, format="unknown", command=item.command)
         record.warnings.append(item.error)
@@ -183,7 +195,7 @@ def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         yield ParsedInput(record, note=note)
 
 
-def _parse_document(item: Evidence, size: int | None, note: tuple[str, str] | None) -> Iterator[ParsedInput]:
+def _parse_document(item: Evidence, size: int | None, note: Note | None) -> Iterator[ParsedInput]:
     """A Markdown document: the outputs in its code blocks, each parsed; what it quotes but was not read
     is said first, on the first input read (or on the document's own record when nothing was)."""
     raw, truncated = item.read_text(MAX_TEXT_BYTES)
@@ -238,7 +250,7 @@ def _parse_section(
     section: Section,
     item: Evidence,
     size: int | None,
-    note: tuple[str, str] | None,
+    note: Note | None,
     truncated: bool = False,
 ) -> ParsedInput:
     record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=section.command or item.command)
@@ -252,7 +264,7 @@ def _parse_section(
     return _run_parser(spec, lambda module: module.parse(section, item.name), item, record, note)
 
 
-def _parse_stream(spec: FormatSpec, item: Evidence, size: int | None, note: tuple[str, str] | None) -> ParsedInput:
+def _parse_stream(spec: FormatSpec, item: Evidence, size: int | None, note: Note | None) -> ParsedInput:
     record = InputRecord(path=item.name, format=spec.name, size_bytes=size, command=item.command)
     def call(module):
         # a parser that can read the evidence itself (the NCCL log's bytes fast path) does

@@ -69,7 +69,7 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
         result.unplaced.append(record)
     for piece in parsed:
         if not piece.parsed and piece.note is not None:
-            result.notes.append(Note(subject=piece.note[0], message=piece.note[1]))
+            result.notes.append(piece.note)
     result.notes.insert(0, Note(subject="inputs", level="warn", message=several_machines_sentence(result)))
     return result
 

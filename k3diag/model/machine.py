@@ -36,6 +36,10 @@ class InputRecord:
     # None when it went to none, e.g. nothing in it could be read) and why.
     machine: int | None = None
     machine_reason: str | None = None
+    # The collection that should have produced this input failed: its command was missing, exited with an
+    # error, timed out or printed nothing, or a library reading raised. What rules read instead of the
+    # warning's words (`no-gpu-found` asks whether a GPU tool was tried).
+    collection_failed: bool = False
 
     def to_json(self) -> dict:
         data = {
@@ -45,6 +49,8 @@ class InputRecord:
             "size_bytes": self.size_bytes,
             "command": self.command,
         }
+        if self.collection_failed:
+            data["collection_failed"] = True
         if self.machine_reason is not None:
             data["machine"] = self.machine
             data["machine_reason"] = self.machine_reason
@@ -58,9 +64,14 @@ class Note:
     subject: str
     message: str
     level: str = "warn"  # warn | info
+    # a command stopped at its own time limit (not at the run's deadline): it hung (`command-timed-out`)
+    timed_out: bool = False
 
     def to_json(self) -> dict:
-        return {"subject": self.subject, "message": self.message, "level": self.level}
+        data = {"subject": self.subject, "message": self.message, "level": self.level}
+        if self.timed_out:
+            data["timed_out"] = True
+        return data
 
 
 @dataclass
@@ -168,10 +179,13 @@ class Machine:
         return sorted(names, key=endpoint_sort_key)
 
     def note(self, subject: str, message: str, level: str = "warn") -> None:
+        self.keep_note(Note(subject=subject, message=message, level=level))
+
+    def keep_note(self, note: Note) -> None:
         # Two layers may notice the same problem (the evidence and its parser): say it once.
-        if any(existing.message == message for existing in self.notes):
+        if any(existing.message == note.message for existing in self.notes):
             return
-        self.notes.append(Note(subject=subject, message=message, level=level))
+        self.notes.append(note)
 
     @property
     def analyzable(self) -> bool:

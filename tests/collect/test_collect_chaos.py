@@ -109,6 +109,7 @@ def test_hung_flooding_and_setsid_tools_are_stopped_and_nothing_is_left(chaos, t
         hung = entries["nvidia-smi-topo-m.txt"]
         assert hung["timed_out"] is True
         assert "did not finish within 2 s and was stopped" in hung["error"]
+        assert "stopped_at_deadline" not in hung["meta"]  # its own limit: it hung
         # The tool exited; its setsid child held the pipe: the output it printed is kept, the child killed.
         lspci = entries["lspci-vv.txt"]
         assert lspci["exit_code"] == 0 and lspci["error"] is None
@@ -139,6 +140,7 @@ def test_the_deadline_bounds_the_whole_collection(chaos, tmp_path: Path) -> None
         hung = entries["nvidia-smi-topo-m.txt"]
         assert hung["timed_out"] is True
         assert "when the collection's deadline of 3 s was reached" in hung["error"]
+        assert hung["meta"]["stopped_at_deadline"] is True  # the run's deadline: not a hang (`command-timed-out`)
         skipped = entries["rocm-smi-showtopo.txt"]
         assert skipped["meta"] == {"skipped": "deadline"}
         assert skipped["error"] == ("`rocm-smi --showtopo` was not run: the collection's deadline of 3 s had passed; "

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
 from k3diag.analyze.finding import Finding, Rule
-from k3diag.model.machine import Machine
+from k3diag.model.machine import InputRecord, Machine
 
 _GPU_VENDORS = {"10de": "NVIDIA", "1002": "AMD"}
 _GPU_CLASS_WORDS = ("vga", "3d", "display", "processing accelerator")
@@ -24,19 +23,27 @@ def _gpu_like_pci_devices(machine: Machine) -> list:
     return found
 
 
-# How a collector says a GPU tool it ran failed: the command quoted (`nvidia-smi` is not installed...,
-# `rocm-smi --showtopo` did not finish...), or the amdsmi package missing. A file name that holds a tool's
-# name (`nvidia-smi-390-2x-m40.txt was given twice`) is not one.
-_TRIED_GPU_TOOL_RE = re.compile(r"`(?:nvidia-smi|amd-smi|rocm-smi)[` ]|the amdsmi Python package")
+# What looks for GPUs: the GPU tools a collector runs, and the library readings it records.
+_GPU_TOOLS = frozenset({"nvidia-smi", "amd-smi", "rocm-smi"})
+_GPU_READINGS = frozenset({"nvml-readings.json", "amdsmi-readings.json"})
 
 
-def _tried_gpu_tool(warning: str) -> bool:
-    """A bundle's record of a GPU tool that was run and failed; not the "format not recognized" of any saved
-    file, whose list of readable formats names the same tools, nor a plain `nvidia-smi`/`rocm-smi` table,
-    which shows GPUs."""
-    if "format not recognized" in warning or "shows no link between GPUs" in warning:  # a GPU tool's table: it ran
+def _program(command: str | None) -> str | None:
+    """The program a command line runs: `sudo`, `env` and `NAME=value` before it skipped, its directory dropped."""
+    for word in (command or "").split():
+        if word in ("sudo", "env") or ("=" in word and not word.startswith(("/", "."))):
+            continue
+        return word.rsplit("/", 1)[-1]
+    return None
+
+
+def _tried_gpu_tool(record: InputRecord) -> bool:
+    """A collection that looked for GPUs and failed: a GPU tool that was missing, exited with an error, timed
+    out or printed nothing, or an NVML/amdsmi reading that raised (the evidence's own record of it, not the
+    words of a warning: a file named `nvidia-smi-....txt`, or a list of readable formats, names the tools too)."""
+    if not record.collection_failed or record.format != "unknown":
         return False
-    return _TRIED_GPU_TOOL_RE.search(warning) is not None
+    return record.path.rsplit("/", 1)[-1] in _GPU_READINGS or _program(record.command) in _GPU_TOOLS
 
 
 def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
@@ -45,13 +52,14 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     # Only meaningful when something tried to find GPUs: a live run, or GPU-bearing inputs.
     gpu_sources = [n for n in machine.notes if n.subject.startswith(("nvml", "amdsmi", "nvidia-smi", "amd-smi", "rocm-smi"))]
     # A bundle collected on a host: its NVML/amdsmi readings, or the GPU tools it tried, looked for GPUs.
-    collected = [record for record in machine.inputs if record.format in ("nvml-readings", "amdsmi-readings")
-                 or (record.format == "unknown" and any(_tried_gpu_tool(warning) for warning in record.warnings))]
+    collected = [record for record in machine.inputs
+                 if record.format in ("nvml-readings", "amdsmi-readings") or _tried_gpu_tool(record)]
     if not machine.live and not gpu_sources and not collected:
         return
+    said = [note.message for note in gpu_sources]
     reasons = [f"{note.subject}: {note.message}" for note in gpu_sources]
     if not gpu_sources:  # the bundle's own records say why (nvidia-smi absent, no NVML driver)
-        gpu_sources = [type("Said", (), {"message": warning})() for record in collected for warning in record.warnings]
+        said = [warning for record in collected for warning in record.warnings]
         reasons = [f"{record.path}: {warning}" for record in collected for warning in record.warnings]
     on_bus = _gpu_like_pci_devices(machine)
     if on_bus:
@@ -65,7 +73,7 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     else:
         explanation = "No NVIDIA or AMD GPU was found on this host"
         if reasons:
-            explanation += ": " + "; ".join(note.message for note in gpu_sources) + "."
+            explanation += ": " + "; ".join(said) + "."
         else:
             explanation += ": no GPU management library answered and no GPU appears on the PCI bus."
         remedy = ("If this host should have GPUs: check `lspci | grep -iE 'nvidia|amd'` for the devices and that the "
@@ -85,7 +93,7 @@ def check_no_gpu(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
 
 def check_timeouts(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     for note in machine.notes:
-        if "did not finish within" in note.message:
+        if note.timed_out:
             yield Finding(
                 id="command-timed-out",
                 severity="fail",
