@@ -12,7 +12,6 @@ nothing about who owns the machine.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable

@@ -137,7 +137,7 @@ def answer_tp2_vs_tp4(ctx: AuditContext) -> Answer:
         answer.summary = (f"TP4 groups {_groups_text(groups['4'])} are as well connected as TP2 groups ({tp4}); TP4 "
                           "costs no slower link than TP2 here.")
         if tp4 == "SYS":
-            answer.summary = f"Both TP2 and TP4 groups cross sockets (SYS): prefer data parallelism on this box."
+            answer.summary = "Both TP2 and TP4 groups cross sockets (SYS): prefer data parallelism on this box."
             answer.request = SERVING_REQUEST
     return answer
 

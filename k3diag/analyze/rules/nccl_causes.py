@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Iterable
 from k3diag.analyze.finding import Finding, Rule
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
-from k3diag.model.words import counted
 
 if TYPE_CHECKING:  # annotations only: a machine without an NCCL log does not load its records
     from k3diag.model.nccl import NcclMessage, NcclRun
