@@ -8,7 +8,6 @@ text: a 5,000-device output has a few dozen distinct device descriptions.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 from k3diag.parse.ids import normalize_bdf
