@@ -155,13 +155,20 @@ def manifest_deadline(bundle: Path) -> float:
     return json.loads(_members(bundle)["manifest.json"])["deadline_s"]
 
 
+def _foreground_job() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_sigterm_and_ctrl_c_stop_every_child_and_leave_no_partial_bundle(chaos, tmp_path: Path, signum: int, code: int,
                                                                          word: str) -> None:
     script, env, token = chaos
     out = tmp_path / "node.tar.gz"
+    # Started as a shell starts a foreground job, whose Ctrl-C reaches it: a job a non-interactive shell put in
+    # the background (`.ci/run &`, nohup) inherits SIGINT ignored, and so would k3diag, rightly (Unix leaves a
+    # background job's SIGINT ignored), so the SIGINT case would wait out the 60 s command timeout.
     process = subprocess.Popen([str(script), "collect", "-o", str(out), "--root", str(FAKE_ROOT), "--timeout", "60"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=_foreground_job)
     try:
         deadline = time.monotonic() + 60
         # Until the hung nvidia-smi itself runs (lspci's setsid child also sleeps 300 s: not the event).
