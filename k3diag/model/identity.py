@@ -56,7 +56,8 @@ class InputIdentity:
     """The machine keys one input carries. Every list holds distinct values in first-seen order.
 
     `gpu_count` is set only by inputs that list every GPU the machine shows (nvidia-smi -q, topo -m,
-    NVML, rocm-smi): a benchmark run on some of the GPUs says nothing about how many there are.
+    NVML, rocm-smi), or say how many are attached (`Attached GPUs : 8` above the one block of
+    `nvidia-smi -q -i 0`): a benchmark run on some of the GPUs says nothing about how many there are.
     Bus ids are normalized `dddd:bb:dd.f`; sources that print only the bus number give `dddd:bb:00.0`.
     """
 

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from k3diag.model.fabric import GpuFabricState
+from k3diag.model.identity import InputIdentity
 from k3diag.model.source import SourceRef
 from k3diag.parse.lazy_re import lazy
 from k3diag.parse.nvidia_fabric import read_block as read_fabric_block
@@ -66,6 +67,9 @@ class NvidiaQueryResult:
     gpus: list[QueryGpu] = field(default_factory=list)
     sources: dict[str, SourceRef] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # What the output says of its machine beyond the GPUs it shows: `Attached GPUs : 8` above the one block
+    # of `nvidia-smi -q -i 0` is a machine of 8 GPUs, not of 1 (`k3diag.join.identity` keeps the larger count)
+    identity: InputIdentity = field(default_factory=InputIdentity)
 
 
 # (path suffix under the GPU block, field, converter); paths are section names joined by "/".
@@ -164,6 +168,8 @@ def parse(section: Section, input_name: str) -> NvidiaQueryResult:
             result.sources["cuda_version"] = ref(index)
         elif key == "Attached GPUs":
             result.attached_gpus = _int(value)
+            if result.attached_gpus:
+                result.identity.set_count(result.attached_gpus, ref(index))
 
     for start, end in blocks:
         gpu = QueryGpu(block_bus_id=_GPU_BLOCK_RE.match(lines[start].strip()).group(1))

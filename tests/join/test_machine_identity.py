@@ -40,10 +40,24 @@ def test_gpu_models_tell_two_machines_apart() -> None:
     assert "NVIDIA H800" in reason and "NVIDIA GeForce RTX 2080 Ti" in reason
 
 
-def test_the_issue_s_mix_of_one_h800_and_eight_4090s_is_two_machines() -> None:
-    machines = _machines("nvidia/topo-m-8x4090-dual-socket-sys-tabs.txt", "nvidia/smi-q-h800-525-new-layout.txt")
+def test_a_one_gpu_machine_and_an_eight_gpu_one_are_two_machines() -> None:
+    # `nvidia-smi -q` of a host with one K80 attached (`Attached GPUs : 1`), and the topo -m of eight 4090s
+    machines = _machines("nvidia/topo-m-8x4090-dual-socket-sys-tabs.txt", "nvidia/smi-q-k80-367-markdown-backslash-breaks.txt")
     assert [len(m.gpus) for m in machines.machines] == [8, 1]
     assert "different GPU counts (8 vs 1)" in _reasons(machines)[1]
+
+
+def test_one_gpu_s_query_of_an_eight_gpu_machine_is_that_machine() -> None:
+    # `nvidia-smi -q -i 0` shows one GPU's block under `Attached GPUs : 8`: the machine has 8 GPUs, so the topo -m
+    # of 8 GPUs is not contradicted (it was said to be another machine, "different GPU counts (8 vs 1)")
+    machines = _machines("nvidia/topo-m-8x4090-dual-socket-sys-tabs.txt", "nvidia/smi-q-h800-525-new-layout.txt")
+    assert not machines.several, _reasons(machines)
+    machine = machines.machines[0]
+    assert len(machine.gpus) == 8
+    count = machine.identity.gpu_count
+    assert count is not None and count.value == "8"
+    query = next(record for record in machine.inputs if record.path.endswith("smi-q-h800-525-new-layout.txt"))
+    assert query.identity.gpu_count is not None and " ".join(query.identity.gpu_count.source.text.split()) == "Attached GPUs : 8"
 
 
 def test_a_bus_id_missing_from_the_inventory_is_another_machine() -> None:
@@ -122,11 +136,11 @@ def test_analyze_json_reports_each_machine_and_no_joint_verdict() -> None:
 
 
 def test_analyze_terminal_says_so_at_the_top_and_has_one_section_per_machine() -> None:
-    result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "smi-q-h800-525-new-layout.txt"),
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "smi-q-k80-367-markdown-backslash-breaks.txt"),
                                  str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt")])
     lines = result.output.split("\n")
     assert lines[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
-    assert "Machine 1 of 2: 1 GPU, NVIDIA H800, driver 525.105.17" in result.output
+    assert "Machine 1 of 2: 1 GPU, Tesla K80, driver 367.106" in result.output
     assert "Machine 2 of 2: 8 GPUs" in result.output
     assert result.output.count("Verdict [") == 2
 
