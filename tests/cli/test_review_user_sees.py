@@ -166,7 +166,7 @@ def test_a_cut_matrix_says_which_links_were_seen() -> None:
 
 def test_several_machines_header_is_marked_as_the_warning_behind_exit_1() -> None:
     # Two OK machines, exit 1: piped there is no colour, so the header itself must say it is the warning.
-    result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "smi-q-h800-525-new-layout.txt"),
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "nvidia" / "smi-q-k80-367-markdown-backslash-breaks.txt"),
                                  str(FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt")])
     assert result.exit_code == 1
     assert result.stdout.splitlines()[1] == "[WARN] The inputs describe 2 different machines; each is judged on its own"
