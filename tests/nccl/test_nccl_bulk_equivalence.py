@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nccl_equivalence import canon as _canon
 from nccl_equivalence import exact
 
-from k3diag.parse.nccl import fast, handlers, parse_bytes
+from k3diag.parse.nccl import comm_shapes, fast, handlers, parse_bytes
 
 BODIES = [
     "ncclCommInitRank comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} commId 0x{cid} - Init START",
@@ -162,10 +162,10 @@ RANK_LINE = st.builds(
 @given(st.one_of(COMM_LINE, RANK_LINE))
 def test_strict_communicator_lines_give_the_tokenized_values(body: str) -> None:
     """`_comm` reads the two usual shapes with one strict match: the values must be the tokenizer's."""
-    strict = handlers._INIT_LINE_RE.fullmatch(body) or handlers._COMM_LINE_RE.fullmatch(body)
+    strict = comm_shapes.INIT_LINE_RE.fullmatch(body) or comm_shapes.COMM_LINE_RE.fullmatch(body)
     assert strict is not None
-    keys = handlers._INIT_KEYS if strict.re is handlers._INIT_LINE_RE else handlers._COMM_LINE_KEYS
-    assert dict(zip(keys, strict.groups()[1:])) == handlers._comm_values(body)
+    keys = comm_shapes.INIT_KEYS if strict.re is comm_shapes.INIT_LINE_RE else comm_shapes.COMM_LINE_KEYS
+    assert dict(zip(keys, strict.groups()[1:])) == comm_shapes.comm_values(body)
     assert strict.group(1).lower() == handlers.P.COMM_RE.search(body).group(1).lower()
 
 

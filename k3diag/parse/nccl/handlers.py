@@ -11,8 +11,12 @@ import re
 
 from k3diag.model.nccl import NcclRank, NcclTree
 from k3diag.model.source import SourceRef, source_ref
-from k3diag.parse.ids import bdf_from_nccl_busid
 from k3diag.parse.nccl import patterns as P
+from k3diag.parse.nccl.comm_shapes import BUS_CACHE as _BUS_CACHE
+from k3diag.parse.nccl.comm_shapes import COMM_LINE_RE as _COMM_LINE_RE
+from k3diag.parse.nccl.comm_shapes import INIT_LINE_RE as _INIT_LINE_RE
+from k3diag.parse.nccl.comm_shapes import bus_id as _bus_id
+from k3diag.parse.nccl.comm_shapes import comm_values as _comm_values
 from k3diag.parse.nccl.state import Instance, Thread
 
 # A pasted command line or `env` dump that sets a variable changing NCCL's transports.
@@ -289,7 +293,8 @@ class LineHandlers:
         if " -> " in body and body[0] not in "0123456789 ":
             match = P.ERROR_TRACE_RE.match(body)
             if match:
-                self._message("ERROR", f"{match.group('file')}:{match.group('line')} returned {match.group('rc')}",
+                # the file and line are the message's own fields (shown before its text)
+                self._message("ERROR", f"returned {match.group('rc')}",
                               match.group("file"), int(match.group("line")), raw, lineno)
 
     def _ring(self, raw: str, body: str, pre: str, lineno: int) -> None:
@@ -384,7 +389,7 @@ class LineHandlers:
     def _comm(self, raw: str, body: str, pre: str, lineno: int) -> None:
         # the two shapes of nearly every communicator line (2.13+), read by one strict match: the same
         # values `_comm_values` finds in them (a test checks it), set without building a dict
-        if body.startswith("ncclCommInitRank comm 0x"):
+        if body.startswith("ncclComm"):
             strict = _INIT_LINE_RE.fullmatch(body)
             if strict is not None:
                 self._init_strict(strict, raw, body, pre, lineno)
@@ -393,6 +398,13 @@ class LineHandlers:
             strict = _COMM_LINE_RE.fullmatch(body)
             if strict is not None:
                 self._comm_strict(strict, raw, pre, lineno)
+                return
+        elif body.startswith("[Rank "):
+            # 2.29+ (and RCCL 7) put the rank before the init start line: `[Rank 3] ncclCommInitRank comm 0x..
+            # rank 3 nranks 16 ... - Init START`; behind it is the line of the earlier releases
+            end = body.find("] ", 6)
+            if end > 0 and body[6:end].isdigit():
+                self._comm(raw, body[end + 2:], pre, lineno)
                 return
         ptr_match = P.COMM_RE.search(body)
         if not ptr_match:
@@ -566,53 +578,6 @@ class LineHandlers:
         if thread.pending:
             self.left_out("connection_lines", _absorb(inst.conns, thread.pending))
             thread.pending = {}
-
-
-# `ncclCommInitRank comm 0x.. rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 1b000 commId 0x.. - Init START`
-_INIT_LINE_RE = re.compile(
-    r"ncclCommInitRank comm (0x[0-9a-fA-F]+) rank ([0-9]+) nranks ([0-9]+) cudaDev ([0-9]+) nvmlDev ([0-9]+) "
-    r"busId ([0-9a-fA-F]+) commId (0x[0-9a-fA-F]+) - Init (?:START|COMPLETE)", re.ASCII)
-_INIT_KEYS = ("rank", "nranks", "cudadev", "nvmldev", "busid", "commid")
-# `comm 0x.. rank 3 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0`
-_COMM_LINE_RE = re.compile(
-    r"comm (0x[0-9a-fA-F]+) rank ([0-9]+) nRanks ([0-9]+) nNodes ([0-9]+) localRanks ([0-9]+) localRank ([0-9]+)"
-    r"(?: MNNVL [0-9]+)?", re.ASCII)
-_COMM_LINE_KEYS = ("rank", "nranks", "nnodes", "localranks", "localrank")
-
-_COMM_KEYS = {"rank": "rank", "nranks": "nranks", "nRanks": "nranks", "nNodes": "nnodes", "localRanks": "localranks",
-              "localRank": "localrank", "cudaDev": "cudadev", "nvmlDev": "nvmldev", "busId": "busid", "commId": "commid"}
-_COMM_KEY_SET = frozenset(_COMM_KEYS)
-_COMM_KEY_ORDER = {token: index for index, token in enumerate(_COMM_KEYS)}
-_HEX = frozenset("0123456789abcdefABCDEFx")
-
-
-def _comm_values(body: str) -> dict[str, str]:
-    """`rank 3 nRanks 16 nNodes 2 ... busId 1b000 commId 0x..`: the first value of each known key
-    (a C-level dict of token -> next token instead of a regex: three such lines per rank and
-    communicator; built from the end so that the first occurrence wins)."""
-    tokens = body.split()
-    following = dict(zip(tokens[-2::-1], tokens[:0:-1]))
-    values: dict[str, str] = {}
-    for token in sorted(_COMM_KEY_SET.intersection(following), key=_COMM_KEY_ORDER.__getitem__):
-        name = _COMM_KEYS[token]
-        value = following[token]
-        if name not in values:
-            value = value.rstrip(",;.")
-            if value and _HEX.issuperset(value) and value.find("x") in (-1, 1):
-                values[name] = value
-    return values
-
-
-_BUS_CACHE: dict[str, str | None] = {}
-
-
-def _bus_id(text: str) -> str | None:
-    value = _BUS_CACHE.get(text, "")
-    if value == "":
-        value = bdf_from_nccl_busid(text)
-        if len(_BUS_CACHE) < 4096:
-            _BUS_CACHE[text] = value
-    return value
 
 
 def _absorb(target: dict, extra: dict) -> int:

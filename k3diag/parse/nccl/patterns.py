@@ -161,7 +161,7 @@ CONN_TAGS = frozenset({"INFO Chan", "INFO Ring"})
 INFO_TAGS = frozenset({
     "INFO Tree", "INFO comm", "INFO nccl", "INFO NCCL", "INFO RCCL", "INFO HSA_", "INFO NET/", "INFO Usin",
     "INFO Fail", "INFO GPU ", "INFO GPU/", "INFO NIC/", "INFO P2P ", "INFO Patt", "INFO Conn", "INFO init",
-    "INFO ROCr", "INFO Hipr", "INFO MSCC", "INFO MNNV", "INFO DMA-", "INFO NVLS",
+    "INFO ROCr", "INFO Hipr", "INFO MSCC", "INFO MNNV", "INFO DMA-", "INFO NVLS", "INFO [Ran",
 })
 # coll/nvls channel counts start with a number: `16 coll channels, 0 collnet channels, 0 nvls channels`
 COUNT_TAG_NEEDS = " coll channels"
@@ -171,6 +171,7 @@ TAG_NEEDS = {
     "INFO Conn": "comm 0x",  # RCCL's `Connected all rings comm 0x.. nRanks ..`, not NCCL's plain line
     "INFO init": "rsmi",  # RCCL's `initialized internal alternative rsmi functionality`
     "INFO MNNV": "healthMask",
+    "INFO [Ran": "comm 0x",  # 2.29+ `[Rank 3] ncclCommInitRank comm 0x.. - Init START`
 }
 # one dict lookup per line: 1 = maybe a connection line, 2 = a line to read
 TAG_ACTIONS = {**{tag: 1 for tag in CONN_TAGS}, **{tag: 2 for tag in INFO_TAGS}}

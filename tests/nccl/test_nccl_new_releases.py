@@ -1,0 +1,160 @@
+"""Real NCCL_DEBUG=INFO logs of NCCL 2.23 to 2.29, read through `k3diag analyze` as a user runs it: what the
+report and its JSON say of each (fixtures/nccl/SOURCES.md names where each log comes from).
+
+The shapes these releases added: the init line named after the API that made the communicator
+(`ncclCommInitRankConfig`, PyTorch's), 2.29's `[Rank N]` before the init start line, `busId` values of a GPU
+on bus 0 (`1e0`), lazy connection lines after `Init COMPLETE`, aws-ofi-nccl warnings whose location is a C
+function, CollNet/SHARP, error traces (`group.cc:319 -> 1`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nccl_fixtures import fixture_path
+from typer.testing import CliRunner
+
+from k3diag.cli import app
+from k3diag.parse.nccl import comm_shapes
+
+runner = CliRunner()
+SPARK = "nccl-2.28.9-dgx-spark-2nodes-initrankconfig-roce.log"
+DATABRICKS = "nccl-2.26.2-databricks-magic-prefix-ofi-failed-socket.log"
+RANK_PREFIX = "nccl-2.29.2-efa-rank-prefix-init-start-cuda-failure.log"
+COLLNET = "nccl-2.23.4-collnet-sharp-4nodes-hang.log"
+
+
+def _analyze(path: Path, *options: str) -> str:
+    result = runner.invoke(app, ["analyze", str(path), *options])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.stdout
+
+
+def _json(path: Path) -> dict:
+    return json.loads(_analyze(path, "--json"))
+
+
+def _ranks(report: dict) -> list[tuple]:
+    return [(r["rank"], r["host"], r["cuda_dev"], r["nvml_dev"], r["bus_id"]) for r in report["nccl"]["ranks"]]
+
+
+def test_2_28_dgx_spark_initrankconfig_lines_and_lazy_roce_connections() -> None:
+    """2.28.9 on two DGX Spark (GB10): `ncclCommInitRankConfig` init lines, busId `f01000` (domain 000f), and
+    the connection lines printed after `Init COMPLETE` (2.22+ connects at the first collective)."""
+    path = fixture_path("nccl", SPARK)
+    report = _json(path)
+    nccl = report["nccl"]
+    assert (nccl["version"], nccl["comm_id"], nccl["nranks"], nccl["nodes"]) == \
+        ("2.28.9+cuda13.0", "0x3470ca318760efc8", 2, 2)
+    assert _ranks(report) == [(0, "spark-fb97", 0, 0, "000f:01:00.0"), (1, "spark-4440", 0, 0, "000f:01:00.0")]
+    assert nccl["transport_counts"] == {"P2P": 0, "SHM": 0, "NET": 8}
+    assert {(c["src_rank"], c["dst_rank"], c["via"], c["direction"]) for c in nccl["connections"]} == {
+        (0, 1, "NET/IB/0", "receive"), (1, 0, "NET/IB/0", "receive"), (0, 1, "NET/IB/1", "receive"),
+        (1, 0, "NET/IB/1", "receive"), (0, 1, "NET/IB/0", "send"), (1, 0, "NET/IB/0", "send"),
+        (0, 1, "NET/IB/1", "send"), (1, 0, "NET/IB/1", "send")}
+    assert nccl["net"]["network"] == "IB"
+    assert nccl["net"]["ib_devices"] == ["rocep1s0f1:1/RoCE", "roceP2p1s0f1:1/RoCE"]
+    assert {(g["host"], g["hca"], g["enabled"]) for g in nccl["gdr"]} == {
+        (host, hca, False) for host in ("spark-fb97", "spark-4440") for hca in ("rocep1s0f1", "roceP2p1s0f1")}
+    assert nccl["env"] == {"NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
+    text = _analyze(path, "--details")
+    assert "NCCL 2.28.9+cuda13.0 (commId 0x3470ca318760efc8): 2 ranks on 2 nodes (spark-4440, spark-fb97); " \
+           "connection lines: 0 P2P, 0 SHM, 8 NET" in text
+
+
+def test_2_26_busid_of_a_gpu_on_bus_0_names_its_pci_address() -> None:
+    """AWS puts the A10G at 0000:00:1e.0: NCCL prints `busId 1e0`, three digits, which k3diag left unknown."""
+    report = _json(fixture_path("nccl", DATABRICKS))
+    assert _ranks(report) == [(0, "ip-10-153-159-148", 0, 0, "0000:00:1e.0")]
+
+
+def test_2_26_databricks_magic_prefix_aws_ofi_failure_falls_back_to_socket() -> None:
+    """Each line behind a notebook's `# MAGIC `; aws-ofi-nccl's warnings carry a C function, not a file."""
+    path = fixture_path("nccl", DATABRICKS)
+    nccl = _json(path)["nccl"]
+    assert (nccl["version"], nccl["nranks"], nccl["hosts"]) == ("2.26.2+cuda12.2", 8, ["ip-10-153-159-148"])
+    assert nccl["net"]["network"] == "Socket" and nccl["net"]["plugin"] == "Libfabric (v10)"
+    assert nccl["net"]["ib_not_found"] is True and nccl["net"]["socket_devices"] == ["eth0:10.153.159.148<0>"]
+    assert nccl["warnings"] == ["WARN NET/OFI Unable to find a protocol that worked.  Failing initialization.",
+                                "WARN NET/OFI aws-ofi-nccl initialization failed",
+                                "WARN NET/OFI Initializing plugin failed"]
+    assert "[WARN] NCCL printed 3 distinct warnings" in _analyze(path, "--details")
+
+
+def _until_init_start(tmp_path: Path) -> Path:
+    """The 2.29.2 log as far as its two `[Rank N] ... - Init START` lines and the bootstrap after them: what a
+    job hung in its init leaves (the real log, cut)."""
+    lines = fixture_path("nccl", RANK_PREFIX).read_text(encoding="utf-8").splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if "Bootstrap timings" in line)
+    cut = tmp_path / "nccl-2.29.2-cut-after-init-start.log"
+    cut.write_text("".join(lines[1:last + 1]), encoding="utf-8")
+    return cut
+
+
+def test_2_29_rank_prefixed_init_start_lines_name_the_ranks(tmp_path: Path) -> None:
+    """2.29 prints `[Rank 0] ncclCommInitRank comm 0x.. rank 0 nranks 2 ... - Init START`: the line was
+    dropped, so a job stopped in its init showed no rank count and no rank."""
+    path = _until_init_start(tmp_path)
+    report = _json(path)
+    nccl = report["nccl"]
+    assert (nccl["comm_id"], nccl["nranks"]) == ("0xc3d9a10350effd4f", 2)
+    assert _ranks(report) == [(0, "gpu-st-ml-1", 0, 0, "0000:30:00.0"), (1, "gpu-st-ml-2", 0, 0, "0000:30:00.0")]
+    text = _analyze(path, "--details")
+    assert "NCCL: NCCL 2.29.2+cuda12.8; 1 communicator, up to 2 ranks" in text
+    assert "rank count not in the log" not in text
+
+
+def test_2_29_whole_log_ranks_and_libfabric_connections() -> None:
+    report = _json(fixture_path("nccl", RANK_PREFIX))
+    nccl = report["nccl"]
+    assert (nccl["version"], nccl["nranks"], nccl["nodes"]) == ("2.29.2+cuda12.8", 2, 2)
+    assert _ranks(report) == [(0, "gpu-st-ml-1", 0, 0, "0000:30:00.0"), (1, "gpu-st-ml-2", 0, 0, "0000:30:00.0")]
+    assert nccl["transport_counts"] == {"P2P": 0, "SHM": 0, "NET": 8}
+    assert {c["via"] for c in nccl["connections"]} == {"NET/Libfabric/0"}
+    assert (nccl["net"]["network"], nccl["net"]["plugin"]) == ("Libfabric", "Libfabric (v11)")
+
+
+def test_error_traces_name_their_source_once() -> None:
+    """`group.cc:319 -> 1` read as `group.cc:319 group.cc:319 returned 1`: the location was in the text too."""
+    path = fixture_path("nccl", RANK_PREFIX)
+    warnings = _json(path)["nccl"]["warnings"]
+    assert warnings == ["WARN enqueue.cc:1694 Cuda failure 'named symbol not found' (x2)",
+                        "ERROR group.cc:319 returned 1 (x2)", "ERROR group.cc:643 returned 1 (x2)",
+                        "ERROR group.cc:781 returned 1 (x2)", "ERROR enqueue.cc:3014 returned 1 (x2)"]
+    text = _analyze(path, "--details")
+    assert "group.cc:319 returned 1 (x2); group.cc:643 returned 1 (x2)" in text
+    assert "group.cc:319 group.cc:319" not in text
+
+
+def test_2_23_collnet_sharp_hang_ranks_devices_and_plugin_warning() -> None:
+    """2.23.4 on four nodes with NCCL_COLLNET_ENABLE=1 and the SHARP plugin (`IBext_v8`, `mlx5_2:1/IB/SHARP`),
+    stopped after the CollNet connections: 8 ranks seen at Init START, none completed."""
+    path = fixture_path("nccl", COLLNET)
+    report = _json(path)
+    nccl = report["nccl"]
+    assert (nccl["version"], nccl["comm_id"], nccl["nranks"], nccl["nodes"]) == \
+        ("2.23.4+cuda12.4", "0x45701cda3f259923", 8, 4)
+    assert [r[4] for r in _ranks(report)] == ["0000:07:00.0", "0000:0b:00.0", "0000:88:00.0", "0000:cb:00.0",
+                                              "0000:4c:00.0", "0000:88:00.0", "0000:07:00.0", "0000:88:00.0"]
+    assert nccl["hosts"] == ["gpu34", "gpu36", "gpu40", "gpu41"]
+    assert nccl["net"]["network"] == "IBext_v8"
+    assert nccl["net"]["ib_devices"][:2] == ["mlx5_2:1/IB/SHARP", "mlx5_0:1/IB/SHARP"]
+    assert nccl["env"] == {"NCCL_COLLNET_ENABLE": "1"}
+    assert nccl["warnings"] == ["WARN sharp_plugin.c:382 SHARP int8,uint8,bfloat16 Datatypes not supported (x4)"]
+
+
+def test_init_lines_of_every_init_api_take_the_strict_shape() -> None:
+    """The init line's first word is the API (`__func__` in NCCL's init.cc); the strict match of the usual shape
+    took only `ncclCommInitRank`, so every PyTorch communicator (`ncclCommInitRankConfig`) went the slow way.
+    Its values must be the tokenizer's."""
+    bodies = []
+    for name in (SPARK, DATABRICKS, RANK_PREFIX):
+        for line in fixture_path("nccl", name).read_text(encoding="utf-8").splitlines():
+            body = line.partition(" NCCL INFO ")[2]
+            if " - Init " in body and "commId" in body:
+                bodies.append(body[body.find("] ") + 2:] if body.startswith("[Rank ") else body)
+    assert {body.split()[0] for body in bodies} == {"ncclCommInitRankConfig", "ncclCommInitRank"}
+    for body in bodies:
+        strict = comm_shapes.INIT_LINE_RE.fullmatch(body)
+        assert strict is not None, body
+        assert dict(zip(comm_shapes.INIT_KEYS, strict.groups()[1:])) == comm_shapes.comm_values(body)
