@@ -158,3 +158,62 @@ def test_init_lines_of_every_init_api_take_the_strict_shape() -> None:
         strict = comm_shapes.INIT_LINE_RE.fullmatch(body)
         assert strict is not None, body
         assert dict(zip(comm_shapes.INIT_KEYS, strict.groups()[1:])) == comm_shapes.comm_values(body)
+
+
+SPLIT = "nccl-2.27.3-commsplit-16ranks-efa-lazy-connect-threads.log"
+RAY = "nccl-2.2x-ray-dedup-repeated-suffix-mnnvl-quoted.log"
+
+
+def test_2_27_comm_split_without_commid_and_connections_from_other_threads() -> None:
+    """`ncclCommSplit comm 0x.. parent 0x.. splitCount 1 color .. key 3- Init START` names no commId, and 2.27
+    connects lazily from new threads (tid 1175-1190) that print no communicator line: the four local ranks of
+    the 16-rank split are one communicator, their SHM and NET/Libfabric lines its own."""
+    report = _json(fixture_path("nccl", SPLIT))
+    assert len(report["nccl_runs"]) == 1
+    nccl = report["nccl"]
+    assert (nccl["comm_id"], nccl["nranks"], nccl["nodes"], nccl["hosts"]) == (None, 16, 4, ["llama-3-8b-node-0-0"])
+    assert _ranks(report)[:4] == [(0, "llama-3-8b-node-0-0", 0, 0, "0000:38:00.0"),
+                                  (1, "llama-3-8b-node-0-0", 1, 1, "0000:3a:00.0"),
+                                  (2, "llama-3-8b-node-0-0", 2, 2, "0000:3c:00.0"),
+                                  (3, "llama-3-8b-node-0-0", 3, 3, "0000:3e:00.0")]
+    assert nccl["transport_counts"] == {"P2P": 0, "SHM": 12, "NET": 8}
+    assert {(c["src_rank"], c["dst_rank"]) for c in nccl["connections"] if c["transport"] == "NET"} == {
+        (3, 4), (15, 0), (0, 4), (8, 0), (0, 8), (4, 0)}
+    assert nccl["net"]["network"] == "Libfabric" and nccl["env"] == {"NCCL_PROTO": "simple"}
+
+
+def test_ray_dedup_suffix_and_quote_prefix_keep_the_communicator() -> None:
+    """Ray's log dedup appends ` [repeated 15x across cluster]` to NCCL lines and the issue quotes them with
+    `> > > (WorkerDict pid=..)`: the strict shapes do not match, the general reading still finds both ranks
+    (rank 3 on nvmlDev 3 with cudaDev 0: Ray's CUDA_VISIBLE_DEVICES) and the MNNVL health mask."""
+    report = _json(fixture_path("nccl", RAY))
+    nccl = report["nccl"]
+    assert (nccl["comm_id"], nccl["nranks"], nccl["hosts"]) == ("0x4e52464bbe9f9659", 8, ["degamts15"])
+    assert _ranks(report) == [(0, "degamts15", 0, 0, "0000:04:00.0"), (3, "degamts15", 0, 3, "0000:64:00.0")]
+    assert nccl["mnnvl_health"] == [{"mask": "0x0", "healthy": True, "problems": [], "host": "degamts15"}]
+    assert nccl["nvls_support"] == [{"available": True, "gpu": 0, "host": "degamts15"}]
+
+
+NEW_INIT_BODIES = [
+    "[Rank {rank}] ncclCommInitRank comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} "
+    "commId 0x{cid} - Init START",
+    "ncclCommInitRankConfig comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} "
+    "commId 0x{cid} - Init COMPLETE",
+    "ncclCommSplit comm 0x{ptr} rank {rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {bus} parent 0x1 "
+    "splitCount 1 color 7 key {rank}- Init START",
+    "[Rank {rank}] Proxy thread started",
+]
+
+
+def test_new_init_shapes_read_the_same_in_bulk(monkeypatch) -> None:
+    """The mixtures of test_nccl_bulk_equivalence with the new init shapes among the bodies: the bulk path must
+    give what reading every line gives."""
+    import test_nccl_bulk_equivalence as mixtures
+    from nccl_equivalence import canon, exact
+
+    from k3diag.parse.nccl import parse_bytes
+
+    monkeypatch.setattr(mixtures, "BODIES", mixtures.BODIES + NEW_INIT_BODIES * 4)
+    for seed in range(60):
+        text = mixtures._log(seed, 1 + seed % 9, 5 + seed % 30, seed % 2 == 0)
+        assert canon(parse_bytes(text.encode("utf-8"), "mix.log")) == exact(text, "mix.log"), seed
