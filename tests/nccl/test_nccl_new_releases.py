@@ -75,10 +75,19 @@ def test_2_26_databricks_magic_prefix_aws_ofi_failure_falls_back_to_socket() -> 
     assert (nccl["version"], nccl["nranks"], nccl["hosts"]) == ("2.26.2+cuda12.2", 8, ["ip-10-153-159-148"])
     assert nccl["net"]["network"] == "Socket" and nccl["net"]["plugin"] == "Libfabric (v10)"
     assert nccl["net"]["ib_not_found"] is True and nccl["net"]["socket_devices"] == ["eth0:10.153.159.148<0>"]
-    assert nccl["warnings"] == ["WARN NET/OFI Unable to find a protocol that worked.  Failing initialization.",
-                                "WARN NET/OFI aws-ofi-nccl initialization failed",
-                                "WARN NET/OFI Initializing plugin failed"]
     assert "[WARN] NCCL printed 3 distinct warnings" in _analyze(path, "--details")
+
+
+def test_aws_ofi_nccl_warnings_name_the_function_they_come_from() -> None:
+    """aws-ofi-nccl prints `__PRETTY_FUNCTION__:line` where NCCL prints `file.cc:line`; with the return type in
+    front (`int nccl_net_ofi_create_plugin(...):263 NCCL WARN`) the header was not read and the warning had no
+    location."""
+    nccl = _json(fixture_path("nccl", DATABRICKS))["nccl"]
+    assert nccl["warnings"] == [
+        "WARN nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):263 NET/OFI Unable to find a protocol that worked."
+        "  Failing initialization.",
+        "WARN nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):354 NET/OFI aws-ofi-nccl initialization failed",
+        "WARN nccl_net_ofi_init_v2(ncclDebugLogger_t):155 NET/OFI Initializing plugin failed"]
 
 
 def _until_init_start(tmp_path: Path) -> Path:

@@ -89,9 +89,11 @@ BATCH = 4096  # lines narrowed together by the C-level filter of the exact path
 # The host is tried only where a run of host characters starts (the look-behind): the leftmost match starts
 # there anyway, and a search tried at every character of a long run re-reads the run from each one, time
 # quadratic in its length (9 ms for each distinct line with 1,000 characters of junk glued before its header).
+# A WARN names its source as `file.cc:123`; aws-ofi-nccl's as a C function with its return type (`int
+# nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):263`, `__PRETTY_FUNCTION__`): the function is the file.
 PREFIX_RE = re.compile(
     r"(?<![^\s:\x00\ufffd])(?P<host>[^\s:\x00\ufffd]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
-    r"(?: (?P<file>\S+?):(?P<fline>\d+))?\s*$"
+    r"(?: (?:[A-Za-z_]\w* (?=\w+\())?(?P<file>\S+?):(?P<fline>\d+))?\s*$"
 )
 # The headers are searched in the last `MAX_HEADER_CHARS` of what precedes " NCCL " (a header is shorter).
 MAX_HEADER_CHARS = 1024
