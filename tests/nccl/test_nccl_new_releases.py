@@ -226,3 +226,23 @@ def test_new_init_shapes_read_the_same_in_bulk(monkeypatch) -> None:
     for seed in range(60):
         text = mixtures._log(seed, 1 + seed % 9, 5 + seed % 30, seed % 2 == 0)
         assert canon(parse_bytes(text.encode("utf-8"), "mix.log")) == exact(text, "mix.log"), seed
+
+
+ROCM7 = "rccl-2.30.4-rocm7-rank-prefix-initall-xgmi-paths.log"
+
+
+def test_rccl_2_30_rank_prefixed_initall_lines_of_four_mi_gpus() -> None:
+    """RCCL 2.30.4 (ROCm 7.14) prints `[Rank 0] ncclCommInitAll_impl comm 0x.. - Init START`: the four ranks of
+    the one process were dropped with those lines; the XGMI paths of its GRAPH dump were read already."""
+    report = _json(fixture_path("nccl", ROCM7))
+    nccl = report["nccl"]
+    assert (nccl["library"], nccl["version"], nccl["comm_id"], nccl["nranks"]) == \
+        ("RCCL", "2.30.4-HEAD:2b22ab0", "0x1c50a375ab9ec53d", 4)
+    assert _ranks(report) == [(0, "macpro2019-01", 0, 0, "0000:0b:00.0"), (1, "macpro2019-01", 1, 1, "0000:0e:00.0"),
+                              (2, "macpro2019-01", 2, 2, "0000:1b:00.0"), (3, "macpro2019-01", 3, 3, "0000:1e:00.0")]
+    assert {(p["src_bus_id"], p["dst_bus_id"], p["type"]) for p in nccl["paths"]} >= {
+        ("0000:0b:00.0", "0000:0e:00.0", "XGMI"), ("0000:0b:00.0", "0000:1b:00.0", "XGMI")}
+    assert nccl["net"]["network"] == "Socket" and nccl["net"]["ib_not_found"] is True
+    text = _analyze(fixture_path("nccl", ROCM7), "--details")
+    assert "RCCL 2.30.4-HEAD:2b22ab0 (commId 0x1c50a375ab9ec53d): 4 ranks on 1 node (macpro2019-01)" in text
+    assert "[WARN] IOMMU is not in passthrough mode (RCCL wants iommu=pt)" in text
