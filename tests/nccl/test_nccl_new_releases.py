@@ -1,4 +1,4 @@
-"""Real NCCL_DEBUG=INFO logs of NCCL 2.23 to 2.29, read through `k3diag analyze` as a user runs it: what the
+"""Real NCCL_DEBUG=INFO logs of NCCL 2.23 to 2.29 and RCCL 2.30, read through `k3diag analyze` as a user runs it: what the
 report and its JSON say of each (fixtures/nccl/SOURCES.md names where each log comes from).
 
 The shapes these releases added: the init line named after the API that made the communicator
@@ -246,3 +246,23 @@ def test_rccl_2_30_rank_prefixed_initall_lines_of_four_mi_gpus() -> None:
     text = _analyze(fixture_path("nccl", ROCM7), "--details")
     assert "RCCL 2.30.4-HEAD:2b22ab0 (commId 0x1c50a375ab9ec53d): 4 ranks on 1 node (macpro2019-01)" in text
     assert "[WARN] IOMMU is not in passthrough mode (RCCL wants iommu=pt)" in text
+
+
+def test_one_node_of_a_multi_node_job_does_not_say_the_job_ran_on_one_node() -> None:
+    """Node 0's log of an 8-node job (one A10G each): one rank of 8 seen, on one host. The report said
+    `8 ranks on 1 node`; where the seven others ran is not in the log, so it names only the host it saw."""
+    path = fixture_path("nccl", DATABRICKS)
+    nccl = _json(path)["nccl"]
+    assert (nccl["nranks"], nccl["nodes"], nccl["nodes_reported"], nccl["hosts"]) == (8, None, None,
+                                                                                      ["ip-10-153-159-148"])
+    text = _analyze(path, "--details")
+    assert "NCCL 2.26.2+cuda12.2 (commId 0x260da5686b91fcc7): 8 ranks (ip-10-153-159-148); connection lines:" in text
+    assert "8 ranks on 1 node" not in text
+
+
+def test_hosts_seen_of_part_of_the_ranks_still_count_as_nodes_when_several() -> None:
+    """Two hosts seen for 6 of 8 ranks: at least two nodes, which is what the multi-node rules need."""
+    nccl = _json(fixture_path("nccl", "nccl-2.2x-2nodes-init-start.log"))["nccl"]
+    assert (nccl["nranks"], nccl["nodes"], len(nccl["hosts"])) == (8, 2, 2)
+    # the 2.28.9 DGX Spark log names both ranks of its two-rank communicator and NCCL's nNodes
+    assert _json(fixture_path("nccl", SPARK))["nccl"]["nodes"] == 2

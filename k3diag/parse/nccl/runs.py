@@ -315,8 +315,17 @@ def _attach_late(parser, late: dict[str, dict]) -> None:
         run.connections.sort(key=lambda c: c.source.line if c.source and c.source.line else 0)
         run.ranks = [ranks[r] for r in sorted(ranks)]
         run.hosts = sorted({r.host for r in run.ranks if r.host})
-        if run.nodes_reported is None and run.hosts:
-            run.nodes = len(run.hosts)
+        run.nodes = _nodes(run)
+
+
+def _nodes(run: NcclRun) -> int | None:
+    """NCCL's nNodes, else the nodes its hosts prove: one host that printed some of the ranks says nothing of
+    where the others ran (a node's share of a multi-node job's log); several are at least that many."""
+    if run.nodes_reported is not None or not run.hosts:
+        return run.nodes_reported
+    if len(run.hosts) > 1 or not run.nranks or sum(1 for r in run.ranks if r.host) >= run.nranks:
+        return len(run.hosts)
+    return None
 
 
 def _first_line(insts: list[Instance], extra: dict) -> int:
@@ -404,8 +413,7 @@ def _attach_unranked_hosts(parser, result: NcclLogResult) -> None:
     largest.hosts_unranked = sorted(unranked)
     largest.hosts_sources = {host: parser.hosts_seen[host] for host in unranked}
     largest.hosts = sorted(set(largest.hosts) | set(unranked))
-    if largest.nodes_reported is None:
-        largest.nodes = len(largest.hosts)
+    largest.nodes = _nodes(largest)
 
 
 def _build_run(parser, key: str, insts: list[Instance], extra: dict, allow_empty: bool = False) -> NcclRun | None:
@@ -454,10 +462,7 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict, allow_empty
         run.nranks = max(nranks)
     run.ranks = [ranks[r] for r in sorted(ranks)]
     run.hosts = sorted({r.host for r in run.ranks if r.host})
-    if run.nodes_reported is not None:
-        run.nodes = run.nodes_reported
-    elif run.hosts:
-        run.nodes = len(run.hosts)
+    run.nodes = _nodes(run)
 
     ring_map: dict[int, NcclRing] = {}
     trees: dict[tuple, NcclTree] = {}
@@ -506,8 +511,7 @@ def _complete_run(parser, run: NcclRun, library: str | None) -> None:
                     known.cuda_dev = info.cuda_dev
         run.ranks = [ranks[r] for r in sorted(ranks)]
         run.hosts = sorted({r.host for r in run.ranks if r.host})
-        if run.nodes_reported is None and run.hosts:
-            run.nodes = len(run.hosts)
+        run.nodes = _nodes(run)
     for name, value in parser.shared().items():  # each key names the NcclRun field it fills
         setattr(run, name, value)
     run.net = parser.net
