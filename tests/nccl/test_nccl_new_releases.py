@@ -1,5 +1,5 @@
-"""Real NCCL_DEBUG=INFO logs of NCCL 2.23 to 2.29 and RCCL 2.30, read through `k3diag analyze` as a user runs it: what the
-report and its JSON say of each (fixtures/nccl/SOURCES.md names where each log comes from).
+"""Real NCCL_DEBUG=INFO logs of NCCL 2.23 to 2.29 and RCCL 2.30, read through `k3diag analyze` as a user runs
+it: what the report and its JSON say of each (fixtures/nccl/SOURCES.md names where each log comes from).
 
 The shapes these releases added: the init line named after the API that made the communicator
 (`ncclCommInitRankConfig`, PyTorch's), 2.29's `[Rank N]` before the init start line, `busId` values of a GPU
