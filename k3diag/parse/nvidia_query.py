@@ -80,7 +80,8 @@ def _int(value: str) -> int | None:
 
 def _text(value: str) -> str | None:
     value = value.strip()
-    return None if value in ("", "N/A", "[N/A]", "Unknown Error", "Not Supported", "[Not Supported]") else value
+    # `CUDA Version : Not Found` on a vGPU host driver (R580 on an RTX PRO 6000 server), which has no CUDA.
+    return None if value in ("", "N/A", "[N/A]", "Unknown Error", "Not Supported", "[Not Supported]", "Not Found") else value
 
 
 def _pstate(value: str) -> str | None:

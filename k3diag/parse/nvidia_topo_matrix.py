@@ -42,6 +42,10 @@ P2P_CODES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
 _NV_RE = lazy(r"^NV\d+$")
 # Uppercase codes a future driver might add; taken as cells (with a warning), never as affinities.
 _CODE_LIKE_RE = lazy(r"^[A-Z][A-Z0-9#]{0,5}$")
+# Two or more cells run together where a paste lost the tab between them (`SYSSYS` under NIC14 and NIC15
+# of an 8x B200 matrix); split only when the parts fill cells the row would otherwise lack.
+_GLUED_CELLS_RE = lazy(r"^(?:SYS|NODE|PHB|PXB|PIX|PSB|SOC|NV\d+?(?=NV|SYS|NODE|PHB|PXB|PIX|PSB|SOC|$)){2,}$")
+_GLUED_CELL_PART_RE = lazy(r"SYS|NODE|PHB|PXB|PIX|PSB|SOC|NV\d+?(?=NV|SYS|NODE|PHB|PXB|PIX|PSB|SOC|$)")
 _GPU_RE = lazy(r"^GPU(\d+)$")
 _NIC_RE = lazy(r"^NIC\d+$")
 _ENDPOINT_RE = lazy(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
@@ -288,7 +292,15 @@ def _parse_row(tokens: list[str], index: int, result: TopoMatrixResult, ref, fir
     values = tokens[1:]
     cells: list[str] = []
     while values and len(cells) < len(result.columns) and is_cell_token(values[0]):
-        cells.append(values.pop(0))
+        token = values.pop(0)
+        parts = _GLUED_CELL_PART_RE.findall(token) if _GLUED_CELLS_RE.match(token) else []
+        if len(parts) > 1 and len(cells) + len(parts) <= len(result.columns):
+            result.warnings.append(
+                f"line {line_no}: {token!r} in the {name} row read as {' '.join(parts)} (the separator between "
+                "two cells was lost in the paste)")
+            cells.extend(parts)
+            continue
+        cells.append(token)
     if len(cells) < len(result.columns):
         missing = [col for col in result.columns[len(cells):] if col != name]  # its own diagonal is X, not unknown
         result.warnings.append(
@@ -391,12 +403,26 @@ def _assign_trailing(row: EndpointRow, values: list[str], labels: list[str], res
                 row.gpu_numa_id = int(value)
             elif value != "N/A":
                 result.warnings.append(f"line {line_no}: GPU NUMA ID {value!r} of {row.name} is not a number")
+    _numa_node_of_coherent_gpu(row)
     if len(values) > len(labels):
         result.warnings.append(
             f"line {line_no}: {counted(len(values) - len(labels), 'value')} after the {row.name} row that no column "
             f"{'names' if len(values) - len(labels) == 1 else 'name'}: "
             f"{' '.join(values[len(labels):])[:60]!r}"
         )
+
+
+def _numa_node_of_coherent_gpu(row: EndpointRow) -> None:
+    """The CPU's NUMA node of a GPU whose memory is a NUMA node itself (Grace Hopper, Grace Blackwell:
+    `GPU NUMA ID` is a number). There `NUMA Affinity` lists the CPU's node and the nodes Linux keeps for
+    the GPUs' memory (`0,3-9,11-17` on a GB200 tray, `GPU NUMA ID` 2); those nodes have no CPUs and are
+    numbered after the CPUs' nodes, so the lowest node listed is the CPU's. Without a GPU NUMA ID a list
+    stays unread: a guest's `0-1` says nothing about where the GPU sits."""
+    if row.numa_node is not None or row.gpu_numa_id is None or not row.numa_affinity:
+        return
+    if not looks_like_cpulist(row.numa_affinity):
+        return
+    row.numa_node = min(int(part.split("-")[0]) for part in row.numa_affinity.split(","))
 
 
 def _parse_legends(lines: list[str], start: int, result: TopoMatrixResult, ref) -> None:

@@ -121,3 +121,37 @@ def test_markdown_hard_breaks_do_not_hide_the_gpu() -> None:
     [gpu] = result.gpus
     assert (gpu.bus_id, gpu.name) == ("0000:00:1E.0", "Tesla K80")
     assert gpu.sources["block"].text == "GPU 0000:00:1E.0 \\" and gpu.sources["block"].line == 7
+
+
+# R550-R580 `-q` outputs (fixtures/nvidia/SOURCES.md), read by hand: file -> (driver, CUDA, GPUs shown,
+# first GPU's name and bus id, its PCIe gen current/max/host max and width current/max, P-state).
+NEWEST_DRIVERS = {
+    "smi-q-8xh100-565-multi-gpu-fabric.txt": (
+        "565.57.01", "12.7", 8, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", (5, 5, 5, 16, 16), "P0"),
+    "smi-q-rtx5090-570-hmm-c2c-fabric-na.txt": (
+        "570.124.06", "12.8", 1, "NVIDIA GeForce RTX 5090", "00000000:02:00.0", (1, 5, 5, 8, 16), "P8"),
+    "smi-q-2x3090-560.txt": (
+        "560.35.03", "12.6", 2, "NVIDIA GeForce RTX 3090", "00000000:41:00.0", (1, 4, 4, 16, 16), "P8"),
+    # Grace Hopper: the GPU hangs off NVLink-C2C; its PCIe link is a Gen4 x1 with no host max
+    "smi-q-gh200-550-c2c-ats-pcie-x1.txt": (
+        "550.127.05", "12.4", 1, "NVIDIA GH200 480GB", "00000000:DD:00.0", (4, 4, None, 1, 1), "P0"),
+}
+
+
+def test_newest_driver_outputs_read_as_printed() -> None:
+    for name, (driver, cuda, count, gpu_name, bus_id, link, pstate) in NEWEST_DRIVERS.items():
+        result = parse_file(name)
+        assert (result.driver_version, result.cuda_version, result.attached_gpus) == (driver, cuda, count), name
+        assert [gpu.index for gpu in result.gpus] == list(range(count)), name
+        gpu = result.gpus[0]
+        assert (gpu.name, gpu.bus_id, gpu.performance_state) == (gpu_name, bus_id, pstate), name
+        assert (gpu.gen_current, gpu.gen_max, gpu.gen_host_max, gpu.width_current, gpu.width_max) == link, name
+        assert result.warnings == [], name
+
+
+def test_eight_h100_blocks_of_r565_each_carry_their_bus_id_and_fabric_state() -> None:
+    result = parse_file("smi-q-8xh100-565-multi-gpu-fabric.txt")
+    assert [gpu.bus_id[9:11] for gpu in result.gpus] == ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+    assert {(gpu.fabric.state, gpu.fabric.status, gpu.fabric.clique_id) for gpu in result.gpus} == {
+        ("Completed", "Success", 0)}
+    assert all(gpu.idle_throttle_active is True for gpu in result.gpus)  # P0 but idle: `Idle : Active`

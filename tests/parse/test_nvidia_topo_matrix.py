@@ -245,6 +245,15 @@ EVERY_FIXTURE = {
     "topo-m-and-p2p-indented-wrapped-legend.txt": (2, ("GPU0", "GPU1", "NODE"), [0, 0]),
     "topo-m-8gpu-mlx4-old-driver-cut.txt": (5, ("GPU0", "GPU1", "PIX"), [None] * 5),
     "topo-m-3x-a6000-nv4-pair-node-prompt.txt": (3, ("GPU0", "GPU1", "NV4"), [1, 1, 1]),
+    # GB200 tray: NUMA Affinity `0,3-9,11-17` beside GPU NUMA ID 2; the CPU's node is the first listed
+    "topo-m-4xgb200-nv18-gpu-numa-id-8nic.txt": (4, ("GPU1", "GPU2", "NV18"), [0, 0, 1, 1]),
+    "topo-m-8xh20-nv18-ibp-rocep-nic-legend.txt": (8, ("GPU6", "NIC3", "PIX"), [0, 0, 0, 0, 1, 1, 1, 1]),
+    # `SYSSYS`: two cells glued (NIC14, NIC15)
+    "topo-m-8xb200-570-16nic-glued-cells-excerpt.txt": (1, ("GPU0", "NIC15", "SYS"), [0]),
+    "topo-m-8xb200-13nic-glued-header-excerpt.txt": (4, ("GPU0", "NIC12", "NODE"), [0, 0, 0, 0]),
+    "topo-m-8xb200-nic11-glued-to-cpu-affinity-excerpt.txt": (4, ("GPU3", "NIC11", "SYS"), [0, 0, 1, 1]),
+    "topo-m-8xb300-cx8-mlx5-bond-pxb-root-prompt.txt": (8, ("GPU5", "NIC5", "PXB"), [0, 0, 0, 0, 1, 1, 1, 1]),
+    "topo-m-gb10-spark-580-roce-nics-trailing-tabs.txt": (1, ("NIC2", "NIC3", "PIX"), [0]),
 }
 
 
