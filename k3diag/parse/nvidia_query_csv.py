@@ -15,6 +15,7 @@ from k3diag.model.source import SourceRef
 from k3diag.parse.lazy_re import lazy
 from k3diag.parse.nvidia_topo_matrix import bare_command
 from k3diag.parse.text import Section, normalize, prompt_command
+from k3diag.model.words import counted
 
 # A header line: comma-separated field names such as `index, name, memory.total [MiB]`.
 START_RE = lazy(
@@ -163,6 +164,7 @@ def parse(section: Section, input_name: str) -> QueryCsvResult:
             gpu.values[name] = value
             _set(gpu, name, value, result, section.first_line + index)
         result.gpus.append(gpu)
+    _keep_first_sample(result)
     for position, gpu in enumerate(result.gpus):
         if gpu.index is not None:
             gpu.index_from = "field"
@@ -178,6 +180,40 @@ def parse(section: Section, input_name: str) -> QueryCsvResult:
             "the CSV has neither an index nor a pci.bus_id column; GPUs are numbered in the order shown"
         )
     return result
+
+
+def _identity(gpu: CsvGpu) -> tuple[str, str] | None:
+    for kind in ("bus_id", "uuid"):
+        value = getattr(gpu, kind)
+        if value:
+            return kind, value.lower()
+    return ("index", str(gpu.index)) if gpu.index is not None else None
+
+
+def _keep_first_sample(result: QueryCsvResult) -> None:
+    """`-l N` / `-lms N` repeats every GPU's row once per sample (a `timestamp` column tells them apart):
+    read as they are, each sample would be taken for more GPUs. A row whose GPU (bus id, UUID or index)
+    was already seen starts a later sample; the first sample's rows are kept."""
+    seen: dict[tuple[str, str], CsvGpu] = {}
+    kept: list[CsvGpu] = []
+    repeats = 0
+    for gpu in result.gpus:
+        identity = _identity(gpu)
+        if identity is not None and identity in seen:
+            repeats += 1
+            continue
+        if identity is not None:
+            seen[identity] = gpu
+        kept.append(gpu)
+    if not repeats:
+        return
+    samples = 1 + repeats // max(len(kept), 1)
+    first = next((gpu.source.line for gpu in kept if gpu.source is not None), None)
+    result.warnings.append(
+        f"the CSV repeats the same {counted(len(kept), 'GPU')} {samples} times (a loop, `-l`/`-lms`); the first "
+        f"sample{f' (from line {first})' if first is not None else ''} is read and {counted(repeats, 'later row')} "
+        "left out")
+    result.gpus = kept
 
 
 def _set(gpu: CsvGpu, name: str, value: str, result: QueryCsvResult, line_no: int) -> None:

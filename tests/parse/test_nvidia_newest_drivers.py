@@ -91,3 +91,16 @@ def test_r580_vgpu_host_cuda_not_found_is_not_a_cuda_version() -> None:
     assert report["host"]["cuda_version"] is None
     [gpu] = report["topology"]["gpus"]
     assert (gpu["bus_id"], gpu["performance_state"]) == ("0000:42:00.0", "P8")
+
+
+def test_a_looped_csv_of_two_h200_is_two_gpus_sampled_seven_times() -> None:
+    """`nvidia-smi --query-gpu=timestamp,name,pci.bus_id,... --format=csv -lms 1000` (an HPC centre's `gpumon`):
+    each sample repeats both GPUs; they were read as GPU2..GPU13 clashing with GPU0 and GPU1."""
+    report = _report("csv-2xh200-looped-lms-timestamp-gpumon.txt")
+    gpus = report["topology"]["gpus"]
+    assert [(gpu["index"], gpu["name"], gpu["bus_id"]) for gpu in gpus] == [
+        (0, "NVIDIA H200", "0000:5d:00.0"), (1, "NVIDIA H200", "0000:9b:00.0")]
+    [record] = report["inputs"]
+    assert record["warnings"] == [
+        "the CSV repeats the same 2 GPUs 7 times (a loop, `-l`/`-lms`); the first sample (from line 3) is read "
+        "and 12 later rows left out"]
