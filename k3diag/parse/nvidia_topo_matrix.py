@@ -54,6 +54,12 @@ _LEGEND_ENTRY_RE = lazy(r"^\s*(X|[A-Z][A-Z0-9#]*)\s*=\s*(.*?)\s*$")
 _NIC_LEGEND_RE = lazy(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _SHELLISH_RE = lazy(r"^\s*(?:\([^)]*\)\s*)?(?:[\w.-]+@[\w.-]+|[$#>%]\s)")
 TRAILING_LABELS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+# What people type where they cut a header short (`GPU0  GPU1  GPU2  ...` above an 8-GPU `topo -p2p n`).
+ELISION_MARKS = frozenset({"...", "\u2026", "[...]"})
+
+
+def elided_header(line: str) -> bool:
+    return any(token in ELISION_MARKS for token in line.split())
 # A pasted matrix may hold a stray line ("[...]"); more than this and the matrix is over.
 MAX_SKIPPED_LINES = 3
 
@@ -152,6 +158,8 @@ def parse_header_line(line: str) -> tuple[list[str], list[str]] | None:
         token = tokens[position]
         if token in ("CPU", "NUMA") or (token == "GPU" and tokens[position + 1 : position + 2] == ["NUMA"]):
             break
+        if token in ELISION_MARKS and len(columns) > 1:
+            break  # `GPU0  GPU1  GPU2  ...`: the author cut the columns; the rows are cut to match
         if not _ENDPOINT_RE.match(token) or is_cell_token(token):
             return None
         columns.append(token)
@@ -232,6 +240,10 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
     result.columns = header.columns
     result.trailing_labels = header.trailing_labels
     result.header_source = ref(header.line_index)
+    if elided_header(lines[header.line_index]):
+        result.warnings.append(
+            f"line {section.first_line + header.line_index}: the header was cut short in the paste (`...` after "
+            f"{header.columns[-1]}); the paths to the columns left out are unknown")
     if unglue_header(lines[header.line_index]) != lines[header.line_index]:
         result.warnings.append(
             f"line {section.first_line + header.line_index}: the header's separators were lost in the paste "

@@ -19,6 +19,7 @@ from k3diag.parse.nvidia_topo_matrix import (
     P2P_CODES,
     TOPOLOGY_CODES,
     bare_command,
+    elided_header,
     find_header,
     parse_header_line,
     unquote_reply,
@@ -147,6 +148,10 @@ def parse(section: Section, input_name: str) -> TopoP2PResult:
         if parsed is not None or re.match(r"^\s*GPU0\s*$", line):
             header_index = index
             result.columns = parsed[0] if parsed is not None else ["GPU0"]
+            if parsed is not None and elided_header(line):
+                result.warnings.append(
+                    f"line {section.first_line + index}: the header was cut short in the paste (`...` after "
+                    f"{parsed[0][-1]}); the statuses of the GPUs left out are unknown")
             if parsed is not None and parsed[1]:
                 result.warnings.append(
                     f"line {section.first_line + index}: this header has {', '.join(parsed[1])} columns, "

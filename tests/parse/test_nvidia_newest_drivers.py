@@ -104,3 +104,17 @@ def test_a_looped_csv_of_two_h200_is_two_gpus_sampled_seven_times() -> None:
     assert record["warnings"] == [
         "the CSV repeats the same 2 GPUs 7 times (a loop, `-l`/`-lms`); the first sample (from line 3) is read "
         "and 12 later rows left out"]
+
+
+def test_a_p2p_matrix_whose_header_the_author_cut_with_dots_is_still_read() -> None:
+    """8x RTX PRO 6000 Blackwell on R580: `GPU0  GPU1  GPU2  ...` above two rows, all NS for NVLink; it was
+    not recognized at all ("none of its code blocks holds an output k3diag reads")."""
+    report = _report("topo-p2p-n-8x-rtx-pro-6000-580-ns-elided-header.txt")
+    [record] = report["inputs"]
+    assert record["format"] == "nvidia-smi-topo-p2p"
+    statuses = {(p["src"], p["dst"]): (p["capability"], p["status"]) for p in report["topology"]["p2p"]}
+    assert statuses == {(a, b): ("nvlink", "NS") for a, b in (
+        ("GPU0", "GPU1"), ("GPU0", "GPU2"), ("GPU1", "GPU0"), ("GPU1", "GPU2"))}
+    assert record["warnings"][0] == (
+        "line 3: the header was cut short in the paste (`...` after GPU2); the statuses of the GPUs left out are "
+        "unknown")
