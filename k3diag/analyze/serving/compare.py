@@ -229,6 +229,7 @@ def compare(runs: list[ServingRun], slo: Slo | None = None) -> Comparison:
         )
         result.verdict = "Not ranked: " + result.reasons[0] + "."
         return result
+    candidates = _one_request_shape(candidates, result)
     if not _matched(candidates, result):
         result.verdict = "Not ranked: " + "; ".join(result.reasons) + "."
         return result
@@ -236,7 +237,88 @@ def compare(runs: list[ServingRun], slo: Slo | None = None) -> Comparison:
         _rank_at_slo(candidates, result)
     else:
         _rank_at_shared_load(candidates, result)
+    _note_speculative_decoding(result)
     return result
+
+
+# What the tools record of a speculative-decoding run: vLLM (JSON and its printed group), SGLang.
+_SPEC_KEYS = (("spec_decode_acceptance_length", "acceptance length"), ("accept_length", "accept length"))
+
+
+def speculative_text(run: ServingRun) -> str | None:
+    """`acceptance length 2.54` when the result says the server decoded speculatively, else None."""
+    for key, name in _SPEC_KEYS:
+        value = run.metadata.get(key)
+        try:
+            number = float(value) if value is not None else None
+        except ValueError:
+            number = None
+        if number is not None and math.isfinite(number):
+            return f"{name} {number:g}"
+    return None
+
+
+def _note_speculative_decoding(result: Comparison) -> None:
+    """A layout that decoded speculatively wins on tokens per step, not on its links: say so when the
+    ranked runs mix runs with and without it (the result records the acceptance only when it ran)."""
+    ranked = [run for entry in result.ranking for run in entry.runs]
+    with_spec = [(run, text) for run in ranked if (text := speculative_text(run)) is not None]
+    if not with_spec:
+        return
+    without = [run for run in ranked if speculative_text(run) is None]
+    listing = ", ".join(f"{run.layout.label()} ({text})" for run, text in with_spec)
+    if without:
+        result.notes.append(
+            f"speculative decoding ran in {listing} but not in {', '.join(sorted({r.layout.label() for r in without}))}"
+            " (their results record no acceptance); the throughput difference is partly the drafts accepted, not"
+            " the layout: compare runs with the same --speculative-config")
+    else:
+        result.notes.append(f"every ranked run decoded speculatively ({listing}); the acceptance affects throughput "
+                            "as much as the layout")
+
+
+def _same_shape(a: ServingRun, b: ServingRun) -> bool:
+    """Mean input and output lengths within LENGTH_TOLERANCE; a length a result did not record matches any."""
+    for attr in ("input_len", "output_len"):
+        x, y = getattr(a, attr), getattr(b, attr)
+        if x is not None and y is not None and not _same(x, y, LENGTH_TOLERANCE):
+            return False
+    return True
+
+
+def _one_request_shape(candidates: list[ServingRun], result: Comparison) -> list[ServingRun]:
+    """A sweep over request shapes (1024 in/1024 out, then 1024/128) is ranked on the shape the most layouts
+    were measured at, not refused because some other shape differs; the runs at other shapes are left out
+    with their lengths. When no shape holds two layouts, all runs go on and `_matched` says why."""
+    groups: list[list[ServingRun]] = []
+    for run in candidates:
+        group = next((g for g in groups if all(_same_shape(run, other) for other in g)), None)
+        if group is None:
+            groups.append([run])
+        else:
+            group.append(run)
+    if len(groups) < 2:
+        return candidates
+    best = max(groups, key=lambda g: (len({shape_key(r) for r in g}), len(g)))
+    if len({shape_key(r) for r in best}) < 2:
+        return candidates
+    ranked_shape = _shape_text(best)
+    for run in candidates:
+        if not any(run is kept for kept in best):
+            result.excluded.append((run, f"it was measured at another request shape ({_shape_text([run])}) than the "
+                                         f"ranked runs ({ranked_shape})"))
+    result.notes.append(f"the runs hold several request shapes; compared on {ranked_shape}, the shape most layouts "
+                        "were measured at")
+    return best
+
+
+def _shape_text(runs: list[ServingRun]) -> str:
+    parts = []
+    for what, attr in (("input", "input_len"), ("output", "output_len")):
+        values = [getattr(run, attr) for run in runs if getattr(run, attr) is not None]
+        if values:
+            parts.append(f"mean {what} {sum(values) / len(values):.0f} tokens")
+    return ", ".join(parts) or "lengths not recorded"
 
 
 def _matched(candidates: list[ServingRun], result: Comparison) -> bool:
@@ -311,9 +393,21 @@ def _rank_at_shared_load(candidates: list[ServingRun], result: Comparison) -> No
         previous = slot.get(run.layout.key())
         if previous is None or (run.output_tok_per_s_per_gpu or 0) > (previous.output_tok_per_s_per_gpu or 0):
             slot[run.layout.key()] = run
+    # one note per layout and input, not one per run of a sweep pasted in one file
+    unrecorded: dict[tuple[str, str], int] = {}
     for run in no_load:
-        result.notes.append(f"{run.layout.label()} ({run.input}): neither concurrency nor request rate recorded")
+        unrecorded[(run.layout.label(), run.input)] = unrecorded.get((run.layout.label(), run.input), 0) + 1
+    for (label, name), count in unrecorded.items():
+        runs_text = f"{count} runs" if count > 1 else "the run"
+        result.notes.append(f"{label} ({name}): neither concurrency nor request rate recorded for {runs_text}")
     shared = {lvl: slot for lvl, slot in levels.items() if len({shape_key(r) for r in slot.values()}) >= 2}
+    if not shared and not levels:
+        result.reasons.append(
+            "no result recorded its load (neither --max-concurrency nor the request rate); rerun with "
+            "--max-concurrency, paste the benchmark's command line with the result, or give a latency target "
+            "(--slo-tpot-ms) to compare each layout's best run within it")
+        result.verdict = "Not ranked: " + result.reasons[-1] + "."
+        return
     if not shared:
         by_layout: dict[str, list[str]] = {}
         for lvl, slot in levels.items():

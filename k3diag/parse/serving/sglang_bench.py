@@ -84,7 +84,7 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     tag = doc.get("tag")
     if isinstance(tag, str) and tag:
         run.metadata["tag"] = tag
-    for key in ("backend", "dataset_name", "random_input_len", "random_output_len"):
+    for key in ("backend", "dataset_name", "random_input_len", "random_output_len", "accept_length"):
         if doc.get(key) is not None:
             run.metadata[key] = str(doc[key])
     layout = layout_from_mapping(info, "file", "server_info") if info else None

@@ -70,8 +70,16 @@ _LABELS = {
     "total token throughput (tok/s)": "total_token_throughput",
     "concurrency": "concurrency",
     "backend": "backend",
+    # speculative decoding: vLLM's `Speculative Decoding` group (the keys its --save-result JSON uses),
+    # SGLang's `Accept length:` line (its JSON's `accept_length`)
+    "acceptance rate (%)": "spec_decode_acceptance_rate",
+    "acceptance length": "spec_decode_acceptance_length",
+    "drafts": "spec_decode_num_drafts",
+    "draft tokens": "spec_decode_draft_tokens",
+    "accepted tokens": "spec_decode_accepted_tokens",
+    "accept length": "accept_length",
 }
-_SGLANG_ONLY = {"total_output_tokens_retokenized", "concurrency", "input_throughput"}
+_SGLANG_ONLY = {"total_output_tokens_retokenized", "concurrency", "input_throughput", "accept_length"}
 
 
 def sniff(text: str) -> float:
@@ -147,6 +155,8 @@ def _read_line(line: str, doc: dict) -> None:
     if value.lower() in ("not", "none", "n/a"):  # `Max request concurrency: not set`
         return
     number = num(value.rstrip(","))
+    if number is not None and re.fullmatch(r"-?\d+", value.rstrip(",")):
+        number = int(number)  # counts stay counts (`Drafts: 446819`), as the tool's JSON writes them
     latency = _LATENCY_RE.match(label)
     if latency:
         metric = {"E2E Latency": "e2e_latency"}.get(latency.group("metric"), latency.group("metric").lower())

@@ -43,6 +43,14 @@ _CLI_KEYS = {
 }
 _MODEL_RE = re.compile(r"(?:config: |[{(, ])['\"]?model['\"]?\s*[=:]\s*['\"](?P<model>[^'\"]+)['\"]")
 _DISABLE_AR_RE = re.compile(r"disable_custom_all_reduce['\"]?\s*[=:]\s*(True|False|true|false)")
+# The records whose values matter and run long enough to be wrapped when a log is copied from a narrow
+# window (a 140-column viewer cut `tensor_parallel_size=2` into `tensor_parallel_si` + `ze=2`).
+_WRAPPED_RECORD_RE = re.compile(r"with config:|non-default args|Custom allreduce is disabled|args: Namespace\(")
+# What starts a record of its own: a process prefix `(APIServer pid=N)`, a level, an NCCL line, a timestamp.
+_RECORD_START_RE = re.compile(
+    r"^\s*(?:\([^()]{0,80}pid=\d+\)|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\S+:\d+:\d+ \[\d+\] NCCL|"
+    r"\d{4}-\d\d-\d\d[T ]\d|\[\d{4}-\d\d-\d\d|[$#>] )")
+MAX_WRAPPED_LINES = 60
 _MARKERS_RE = re.compile(
     r"Initializing an? (?:V\d )?LLM engine|vLLM API server version|Custom allreduce is disabled|"
     r"custom_all_reduce\.py|gpu_p2p_access_cache_for_|vLLM is using nccl|VllmWorkerProcess|EngineCore_DP\d|"
@@ -81,12 +89,15 @@ def parse(section, input_name: str, *, results: bool = True) -> EngineLogResult:
     engine = EngineLog(engine="vllm", input=input_name)
     result = EngineLogResult(engine=engine)
     has_nccl = False
-    for offset, raw in enumerate(section.text.split("\n")):
+    lines = section.text.split("\n")
+    for offset, raw in enumerate(lines):
         line_no = section.first_line + offset
         if "NCCL INFO" in raw or "NCCL WARN" in raw:
             has_nccl = True
         if len(raw) > 65536:
             raw = raw[:65536]
+        if _WRAPPED_RECORD_RE.search(raw):
+            raw = _unwrapped(lines, offset, raw)
         _read_line(engine, raw, line_no, input_name)
     if engine.custom_allreduce is None and engine.tp is not None and engine.tp > 1:
         if engine.custom_allreduce_explicit_off:
@@ -114,6 +125,19 @@ def parse(section, input_name: str, *, results: bool = True) -> EngineLogResult:
     if engine.tp is None and engine.custom_allreduce is None and engine.version is None:
         result.warnings.append(f"{input_name}: no vLLM engine configuration line (tensor_parallel_size) was found")
     return result
+
+
+def _unwrapped(lines: list[str], offset: int, raw: str) -> str:
+    """A record a terminal or a viewer hard-wrapped (`...tensor_parallel_si` / `ze=2, ...`): its
+    physical lines joined up to the next record, so a key cut in two is read whole."""
+    parts = [raw]
+    size = len(raw)
+    for following in lines[offset + 1:offset + 1 + MAX_WRAPPED_LINES]:
+        if not following.strip() or _RECORD_START_RE.match(following) or size > 65536:
+            break
+        parts.append(following)
+        size += len(following)
+    return "".join(parts)
 
 
 def _saw_engine_start(engine: EngineLog) -> bool:
