@@ -27,7 +27,7 @@ from k3diag.model.source import SourceRef
 FORMAT = "vllm-engine-log"
 _ENGINE_RE = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v(?P<version>[^)\s]+)\) with config:")
 _API_VERSION_RE = re.compile(r"vLLM API server version (?P<version>\S+)")
-_CUSTOM_AR_RE = re.compile(r"Custom allreduce is disabled (?:because |due to )(?P<reason>.+?)(?:\. To silence|$)")
+_CUSTOM_AR_RE = re.compile(r"Custom allreduce is disabled (?:because |due to )(?P<reason>.+?)(?:\.\s|\.?$)")
 _P2P_CACHE_RE = re.compile(r"gpu_p2p_access_cache_for_(?P<devices>[\d,]+)\.json")
 _NCCL_VERSION_RE = re.compile(r"vLLM is using nccl==(?P<version>[\w.+-]+)")
 _VISIBLE_RE = re.compile(r"CUDA_VISIBLE_DEVICES['\"]?\s*[=:]\s*['\"]?(?P<ids>\d+(?:\s*,\s*\d+)*)")
