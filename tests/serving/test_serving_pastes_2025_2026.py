@@ -102,3 +102,22 @@ def test_sglang_accept_length_and_the_p90_p95_lines_of_a_newer_block() -> None:
     assert first["e2el_ms"]["p90"] == 88258.84 and first["itl_ms"]["p95"] == 64.22
     assert second["ttft_ms"]["p95"] == 25936.86 and second["tpot_ms"]["p90"] == 52.17
     assert first["input_len"] == 3500.0 and second["output_len"] == 1500.0
+
+
+def test_sglang_dp_attention_counts_the_tp_group_once() -> None:
+    # `--tp 8 --dp 8 --enable-dp-attention` (SGLang's DP-attention guide; datacrunch-research/h200-benchmarks runs
+    # DeepSeek so on "8 x H200"): attention is data-parallel inside the TP group, so the server uses 8 GPUs, not 64.
+    # The line has the key set of the test above with server_info as /get_server_info reports those flags.
+    from k3diag.parse.serving import sglang_bench
+    from k3diag.parse.text import Section
+
+    line = ('{"backend": "sglang", "request_rate": Infinity, "max_concurrency": 64, "completed": 256,'
+            ' "total_input_tokens": 262144, "total_output_tokens": 262144, "total_output_tokens_retokenized": 262100,'
+            ' "request_throughput": 2.0, "output_throughput": 2048.0, "mean_e2e_latency_ms": 30000.0,'
+            ' "server_info": {"model_path": "deepseek-ai/DeepSeek-V3", "tp_size": 8, "dp_size": 8,'
+            ' "enable_dp_attention": true}}\n')
+    (run,) = sglang_bench.parse(Section(text=line, first_line=1), "dpa.jsonl").runs
+    assert (run.layout.tp, run.layout.dp, run.layout.gpu_count) == (8, None, 8)
+    assert run.output_tok_per_s_per_gpu == 256.0 and run.concurrency_per_replica == 64
+    assert run.layout.detail.endswith("enable_dp_attention=true (DP attention inside the TP group)")
+    assert run.warnings == []

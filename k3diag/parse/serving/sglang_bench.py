@@ -91,6 +91,11 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     if layout is None and isinstance(tag, str):
         # People put the layout in --tag when the server predates server_info.
         layout = layout_from_mapping(_tag_pairs(tag), "file", "--tag")
+    if layout is not None and layout.dp and info.get("enable_dp_attention") is True:
+        # DP attention (`--tp 8 --dp 8 --enable-dp-attention`) runs attention data-parallel inside the TP
+        # group: tp_size GPUs in all, not tp_size x dp_size (docs.sglang.io, "DP, DPA and sgl-router").
+        layout.dp = None
+        layout.detail = f"{layout.detail} enable_dp_attention=true (DP attention inside the TP group)"
     if layout is not None:
         run.layout = layout
     check_layout(run)
