@@ -121,3 +121,40 @@ def test_sglang_dp_attention_counts_the_tp_group_once() -> None:
     assert run.output_tok_per_s_per_gpu == 256.0 and run.concurrency_per_replica == 64
     assert run.layout.detail.endswith("enable_dp_attention=true (DP attention inside the TP group)")
     assert run.warnings == []
+
+
+def _trtllm_text(name: str):
+    # trtllm-bench's printed report, read by the trtllm-bench reader. `k3diag serving` detects it once the
+    # format's hint in k3diag/parse/registry.py also names `PERFORMANCE OVERVIEW` (today it asks for
+    # `"world_info"`, the JSON report's key); the reader is tested directly until then.
+    from k3diag.parse.serving import trtllm_bench
+    from k3diag.parse.text import Section, normalize
+
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    assert trtllm_bench.sniff(text) >= 0.9
+    return trtllm_bench.parse(Section(text=normalize(text), first_line=1), name)
+
+
+def test_trtllm_bench_printed_report_gives_tp_lengths_percentiles_in_ms() -> None:
+    (run,) = _trtllm_text("trtllm-bench-report-text-llama31-8b-nvidia-blog.txt").runs
+    assert run.tool == "trtllm-bench" and run.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert (run.layout.tp, run.layout.pp, run.layout.source, run.layout.detail) == (
+        1, 1, "file", "world_info tp_size=1 pp_size=1")
+    assert (run.requests, run.concurrency, run.input_len, run.output_len) == (100, 94.605, 128.0, 128.0)
+    assert (run.request_per_s, run.output_tok_per_s, run.total_tok_per_s) == (86.5373, 11076.77, 22153.5399)
+    assert run.duration_s == 1.1555715  # Total Latency (ms): 1155.5715
+    assert (run.tpot.mean, run.tpot.p50, run.tpot.p99) == (7.3272, 7.6079, 8.1306)
+    assert (run.ttft.p50, run.ttft.p95, run.e2el.p90, run.e2el.mean) == (159.7857, 226.9148, 1130.72, 1093.2284)
+    assert run.metadata["backend"] == "pytorch" and run.metadata["max_batch_size"] == "3840"
+    assert run.source.line == 3 and run.source.text == "= PYTORCH BACKEND"
+
+
+def test_trtllm_bench_overview_alone_says_what_it_lacks_and_the_gpus_it_implies() -> None:
+    (run,) = _trtllm_text("trtllm-bench-overview-only-deepseek-v32-b200.txt").runs  # values after a tab
+    assert (run.request_per_s, run.output_tok_per_s, run.tpot.mean, run.ttft.mean) == (0.2678, 274.1786, 3.2344,
+                                                                                        425.9885)
+    assert run.layout.tp is None and run.layout.source == "unknown"
+    assert run.warnings == [
+        "trtllm-bench-overview-only-deepseek-v32-b200.txt:2: the report has no `WORLD + RUNTIME INFORMATION` part, "
+        "so its TP size is not read; its per-GPU output throughput (68.5446 of 274.1786 tok/s) says it ran on 4 GPUs "
+        "(paste the whole report, or use --report_json)"]
