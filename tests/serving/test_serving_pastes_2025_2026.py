@@ -126,12 +126,13 @@ def test_sglang_dp_attention_counts_the_tp_group_once() -> None:
 def _trtllm_text(name: str):
     # trtllm-bench's printed report, read by the trtllm-bench reader. `k3diag serving` detects it once the
     # format's hint in k3diag/parse/registry.py also names `PERFORMANCE OVERVIEW` (today it asks for
-    # `"world_info"`, the JSON report's key); the reader is tested directly until then.
-    from k3diag.parse.serving import trtllm_bench
+    # `"world_info"`, the JSON report's key) and trtllm_bench.sniff returns trtllm_text.sniff's score; the
+    # reader is tested directly until then.
+    from k3diag.parse.serving import trtllm_bench, trtllm_text
     from k3diag.parse.text import Section, normalize
 
     text = (FIXTURES / name).read_text(encoding="utf-8")
-    assert trtllm_bench.sniff(text) >= 0.9
+    assert trtllm_text.sniff(text) >= 0.9
     return trtllm_bench.parse(Section(text=normalize(text), first_line=1), name)
 
 

@@ -21,22 +21,18 @@ FORMAT = "trtllm-bench"
 _MARK_RE = re.compile(r'"world_info"\s*:')
 
 
-# The report trtllm-bench prints (what people paste): `= PERFORMANCE OVERVIEW` between rules of `=`.
-_TEXT_MARK_RE = re.compile(r"(?m)^\s*=\s*PERFORMANCE OVERVIEW\s*$")
-
-
 def sniff(text: str) -> float:
-    if _TEXT_MARK_RE.search(text) and re.search(r"(?m)^\s*(Request|Total Output) Throughput \((req|tokens)/sec\):", text):
-        return 0.95
+    # The printed report (`trtllm_text`) is not scored here: the format's hint in the registry names only
+    # the JSON's `"world_info"`, and a sniffer must not accept what its hint rejects.
     if not _MARK_RE.search(text):
         return 0.0
     return 0.95 if re.search(r'"(request_throughput_req_s|system_output_throughput_tok_s|performance)"', text) else 0.6
 
 
 def parse(section, input_name: str) -> ServingResult:
-    if _TEXT_MARK_RE.search(section.text) and not _MARK_RE.search(section.text):
-        from k3diag.parse.serving import trtllm_text
+    from k3diag.parse.serving import trtllm_text
 
+    if trtllm_text.sniff(section.text) > 0 and not _MARK_RE.search(section.text):
         return trtllm_text.parse(section, input_name)
     result = ServingResult()
     docs, warnings = find_docs(section.text, section.first_line)

@@ -27,6 +27,9 @@ import re
 from k3diag.model.source import SourceRef
 from k3diag.parse.serving.common import ServingResult, num
 
+# `= PERFORMANCE OVERVIEW` between rules of `=`, and one of its throughput lines
+_OVERVIEW_RE = re.compile(r"(?m)^\s*=\s*PERFORMANCE OVERVIEW\s*$")
+_THROUGHPUT_RE = re.compile(r"(?m)^\s*(?:Request|Total Output) Throughput \((?:req|tokens)/sec\):")
 _TITLE_RE = re.compile(r"^\s*=\s*(?P<title>[A-Z][A-Z0-9 +/&()-]*?)\s*$")
 _RULE_RE = re.compile(r"^\s*={20,}\s*$")
 _VALUE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]{1,80}?):\s+(?P<value>\S+)")
@@ -62,6 +65,15 @@ _BREAKDOWN_TABLES = {"TPOT": ("streaming_metrics", "tpot_percentiles"),
                      "TTFT": ("streaming_metrics", "ttft_percentiles"),
                      "Latency": ("performance", "request_latency_percentiles_ms")}
 _STATS = {"MINIMUM": "minimum", "MAXIMUM": "maximum", "AVERAGE": "average"}
+
+
+def sniff(text: str) -> float:
+    """How surely `text` is a printed trtllm-bench report. Detection reaches it once the trtllm-bench
+    format's hint (k3diag/parse/registry.py) also names `PERFORMANCE OVERVIEW` and `trtllm_bench.sniff`
+    returns this score; `trtllm_bench.parse` already hands such a text here."""
+    if not _OVERVIEW_RE.search(text):
+        return 0.0
+    return 0.95 if _THROUGHPUT_RE.search(text) else 0.5
 
 
 def parse(section, input_name: str) -> ServingResult:
