@@ -265,11 +265,13 @@ def _host_versions(
 
 def _note_numa_spans(result: Any, machine: Machine) -> None:
     """`NUMA Affinity` `0-1` on every GPU: a VM whose guest NUMA layout hides where each GPU sits
-    (bare metal prints one node per GPU)."""
+    (bare metal prints one node per GPU). Not a Grace board (GB200, GH200, GB10): there each GPU's list holds
+    its CPU's node and the nodes of GPU memory, and the `GPU NUMA ID` column names the GPU's own node."""
     from k3diag.model.virtual import VM, add_virtual_sign
 
     rows = [row for row in result.rows.values() if row.gpu_index is not None]
-    spans = [row for row in rows if row.numa_affinity and any(sep in row.numa_affinity for sep in "-,")]
+    spans = [row for row in rows if row.numa_affinity and any(sep in row.numa_affinity for sep in "-,")
+             and row.gpu_numa_id is None]
     if rows and len(spans) == len(rows) and len(rows) > 1:
         add_virtual_sign(machine, VM, f"NUMA affinity {spans[0].numa_affinity} on every GPU (nvidia-smi topo -m)",
                          spans[0].source)

@@ -118,3 +118,13 @@ def test_a_p2p_matrix_whose_header_the_author_cut_with_dots_is_still_read() -> N
     assert record["warnings"][0] == (
         "line 3: the header was cut short in the paste (`...` after GPU2); the statuses of the GPUs left out are "
         "unknown")
+
+
+def test_a_gb200_tray_is_not_called_a_virtual_machine() -> None:
+    """A list in `NUMA Affinity` on every GPU is a VM's sign only where no `GPU NUMA ID` is printed: on
+    Grace the list is the CPU's node and the GPU-memory nodes (it was `topology-virtualized`: "The GPUs
+    are seen through a virtual machine")."""
+    report = _report(GB200)
+    assert "topology-virtualized" not in [finding["id"] for finding in report["findings"]]
+    _, text = _analyze(GB200)
+    assert "virtual machine" not in text
