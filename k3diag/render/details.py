@@ -237,13 +237,25 @@ def benchmarks(machine: "Machine", out: Out) -> None:
         if tool == "nccl-tests":
             op = data.get("op") or "collective"
             ranks = counted(data["nranks"], "GPU") if data.get("nranks") else "rank count not printed"
-            out.line(f"nccl-tests {op} on {ranks}: max busbw {fmt(data.get('max_busbw'), ' GB/s')}, avg busbw "
-                     f"{fmt(data.get('avg_busbw'), ' GB/s')}, out-of-bounds {fmt(data.get('out_of_bounds'))}")
+            out.line(f"nccl-tests {op} on {ranks}: {_nccl_tests_figures(data)}")
         else:
             names = ", ".join(sorted((data.get("matrices") or data.get("testcases") or {}).keys())[:4])
             out.line(f"{tool}: {names or 'no matrices'}")
     if machine.benchmarks:
         out.line()
+
+
+def _nccl_tests_figures(data: dict) -> str:
+    """Its bus bandwidths and out-of-bounds count in words: a run that finished no size printed none of
+    them (a `-` in prose would say nothing)."""
+    max_busbw, avg_busbw, out_of_bounds = data.get("max_busbw"), data.get("avg_busbw"), data.get("out_of_bounds")
+    if max_busbw is None and avg_busbw is None:
+        figures = ["no bus bandwidth printed (no message size finished)"]
+    else:
+        figures = [f"max busbw {fmt(max_busbw, ' GB/s')}" if max_busbw is not None else "max busbw not printed",
+                   f"avg busbw {fmt(avg_busbw, ' GB/s')}" if avg_busbw is not None else "avg busbw not printed"]
+    figures.append(f"out-of-bounds {out_of_bounds}" if out_of_bounds is not None else "out-of-bounds not printed")
+    return ", ".join(figures)
 
 
 def findings_in_full(findings: list["Finding"], out: Out) -> None:

@@ -143,7 +143,8 @@ def _nccl_line(machine: "Machine", out: Out) -> None:
             totals[family] = totals.get(family, 0) + number
     versions = sorted({f"{run.library or 'NCCL'} {run.version}" for run in machine.nccl if run.version})
     ranks = max((run.nranks or 0 for run in machine.nccl), default=0)
-    what = ", ".join(versions) or "NCCL (version not in the log)"
+    libraries = sorted({run.library or "NCCL" for run in machine.nccl}) or ["NCCL"]
+    what = ", ".join(versions) or f"{'/'.join(libraries)} (version not in the log)"
     size = f", up to {ranks} ranks" if ranks else ""
     links = per_kind(totals)
     links = f"connection lines: {links}" if links else "no connection lines in the log"
