@@ -144,7 +144,7 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec("serving-result-text", "k3diag.parse.serving.summary_text", "k3diag.join.merge_serving:merge_serving",
                hint=r"Serving Benchmark Result"),
     FormatSpec("trtllm-bench", "k3diag.parse.serving.trtllm_bench", "k3diag.join.merge_serving:merge_serving",
-               hint=r'"world_info"'),
+               hint=r'"world_info"|PERFORMANCE OVERVIEW'),
     FormatSpec("aiperf", "k3diag.parse.serving.aiperf", "k3diag.join.merge_serving:merge_serving",
                hint=r'"(?:request_throughput|time_to_first_token|request_latency|output_token_throughput)"\s*:\s*\{'),
     FormatSpec("llmperf", "k3diag.parse.serving.llmperf", "k3diag.join.merge_serving:merge_serving",

@@ -159,3 +159,15 @@ def test_trtllm_bench_overview_alone_says_what_it_lacks_and_the_gpus_it_implies(
         "trtllm-bench-overview-only-deepseek-v32-b200.txt:2: the report has no `WORLD + RUNTIME INFORMATION` part, "
         "so its TP size is not read; its per-GPU output throughput (68.5446 of 274.1786 tok/s) says it ran on 4 GPUs "
         "(paste the whole report, or use --report_json)"]
+
+
+def test_the_printed_trtllm_bench_report_reaches_k3diag_serving() -> None:
+    # detection now takes `PERFORMANCE OVERVIEW` (the report people paste), not only the JSON's "world_info"
+    from typer.testing import CliRunner
+
+    from k3diag.cli import app
+
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "serving" / "trtllm-bench-report-text-llama31-8b-nvidia-blog.txt"
+    out = CliRunner().invoke(app, ["serving", str(path)]).stdout
+    assert "TP1     file         concurrency 94.605/replica  86.54  86.54      11,077     11,077         131.4" in out
+    assert "159.8/226.9/232.4" in out

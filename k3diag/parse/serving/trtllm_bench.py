@@ -22,10 +22,12 @@ _MARK_RE = re.compile(r'"world_info"\s*:')
 
 
 def sniff(text: str) -> float:
-    # The printed report (`trtllm_text`) is not scored here: the format's hint in the registry names only
-    # the JSON's `"world_info"`, and a sniffer must not accept what its hint rejects.
+    # The JSON report (`"world_info"`), or the report trtllm-bench prints (`PERFORMANCE OVERVIEW`), which
+    # `trtllm_text` scores and `parse` hands there: the two halves of the format's hint in the registry
     if not _MARK_RE.search(text):
-        return 0.0
+        from k3diag.parse.serving import trtllm_text
+
+        return trtllm_text.sniff(text)
     return 0.95 if re.search(r'"(request_throughput_req_s|system_output_throughput_tok_s|performance)"', text) else 0.6
 
 

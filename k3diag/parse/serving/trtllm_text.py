@@ -68,9 +68,9 @@ _STATS = {"MINIMUM": "minimum", "MAXIMUM": "maximum", "AVERAGE": "average"}
 
 
 def sniff(text: str) -> float:
-    """How surely `text` is a printed trtllm-bench report. Detection reaches it once the trtllm-bench
-    format's hint (k3diag/parse/registry.py) also names `PERFORMANCE OVERVIEW` and `trtllm_bench.sniff`
-    returns this score; `trtllm_bench.parse` already hands such a text here."""
+    """How surely `text` is a printed trtllm-bench report: the trtllm-bench format's hint names
+    `PERFORMANCE OVERVIEW`, `trtllm_bench.sniff` returns this score and `trtllm_bench.parse` hands such a
+    text here."""
     if not _OVERVIEW_RE.search(text):
         return 0.0
     return 0.95 if _THROUGHPUT_RE.search(text) else 0.5
