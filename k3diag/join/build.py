@@ -109,9 +109,9 @@ def fill_derived_links(machine: Machine) -> None:
 
 def parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
     """Parse one piece of evidence (each section of a file on its own); never raises."""
-    # a command or reading k3diag (or a bundle's collector) ran that failed or printed nothing: said on the
-    # records, so that rules need not read it from the words of a warning
-    failed = item.kind != "file" and (item.error is not None or item.timed_out or item.size == 0)
+    # a command or reading k3diag (or a bundle's collector) ran that failed: said on the records, so that rules
+    # need not read it from the words of a warning (one that printed nothing is marked where that is found)
+    failed = item.kind != "file" and (item.error is not None or item.timed_out)
     for parsed in _parse_evidence(item):
         if failed:
             parsed.record.collection_failed = True
@@ -136,7 +136,8 @@ def _parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
         return
     size = item.size
     if not head.strip():
-        record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
+        record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command,
+                             collection_failed=item.kind != "file")
         reason = "the file is empty"
         if item.kind == "command":
             reason = f"`{item.command}` printed nothing"

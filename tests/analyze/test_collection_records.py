@@ -87,3 +87,12 @@ def test_a_command_stopped_at_its_own_limit_hung_and_one_stopped_at_the_deadline
     notes = {note["subject"]: note for note in report["notes"]}
     assert notes["b:evidence/nvidia-smi-topo-m.txt"]["timed_out"] is True
     assert "timed_out" not in notes["b:evidence/lspci-vv.txt"]
+
+
+def test_a_gpu_tool_that_printed_only_a_blank_line_was_tried_and_failed(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path / "b", [{"name": "nvidia-smi-topo-m.txt", "command": "nvidia-smi topo -m", "text": "\n"}])
+    report = _report(bundle)
+    assert "no-gpu-found" in [f["id"] for f in report["findings"]]
+    record = next(r for r in report["inputs"] if r["path"].endswith("nvidia-smi-topo-m.txt"))
+    assert record["collection_failed"] is True
+    assert record["warnings"] == ["`nvidia-smi topo -m` printed nothing"]
