@@ -6,7 +6,7 @@ section's parser and hands the result to the format's merger (`k3diag.join.merge
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator
 
 from k3diag.evidence import MAX_TEXT_BYTES, Evidence, TextRead
@@ -260,6 +260,8 @@ def _parse_section(
             f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of {item.name} were read; "
             "split the file to analyze the rest"
         )
+    if truncated and not section.excerpt:
+        section = replace(section, excerpt=f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of the file were read")
     if section.host:  # `user@node1:~$ nvidia-smi topo -m`: the prompt names the machine
         record.identity.add_hostname(section.host, SourceRef(item.name, section.first_line, section.text.split("\n", 1)[0]))
     return _run_parser(spec, lambda module: module.parse(section, item.name), item, record, note)

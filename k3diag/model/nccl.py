@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3diag.model.nccl_init import NcclInitState, NcclInitTimings
 from k3diag.model.source import SourceRef
 
 TRANSPORTS = ("P2P", "SHM", "NET")
@@ -394,6 +395,9 @@ class NcclRun:
     # hosts named only on NCCL lines without a rank (Bootstrap, NET/IB, WARN...), with their first line
     hosts_unranked: list[str] = field(default_factory=list)
     hosts_sources: dict[str, SourceRef] = field(default_factory=dict)
+    # how far init got (ranks started, completed, stuck, never seen) and the `Init timings` lines (2.23+)
+    init: NcclInitState | None = None
+    init_timings: NcclInitTimings | None = None
 
     def transport_counts(self) -> dict[str, int]:
         counts = {"P2P": 0, "SHM": 0, "NET": 0}
@@ -445,6 +449,8 @@ class NcclRun:
             "nvls_support": [n.to_json() for n in self.nvls_support],
             "env_origin": dict(self.env_origin),
             "hosts_unranked": list(self.hosts_unranked),
+            "init": self.init.to_json() if self.init else None,
+            "init_timings": self.init_timings.to_json() if self.init_timings else None,
         }
 
 

@@ -25,6 +25,11 @@ from k3diag.parse.registry import FormatSpec, parser_module
 from k3diag.parse.text import Section
 
 
+# A code block shorter than this quotes part of an output (what the author chose to show); a longer one is
+# taken for the whole output. Parsers judge what an excerpt does not show as unknown (`Section.excerpt`).
+EXCERPT_BLOCK_LINES = 100
+
+
 @dataclass(frozen=True)
 class CodeBlock:
     """The content of one fenced code block of a Markdown document."""
@@ -96,6 +101,9 @@ def read_document(text: str, name: str, command: str | None = None) -> DocumentR
     for block in document.blocks:
         for section in split_sections(block.text, command, normalized=True):
             section = replace(section, first_line=section.first_line + block.first_line - 1)
+            lines = section.text.count("\n") + 1
+            if lines < EXCERPT_BLOCK_LINES:
+                section = replace(section, excerpt=f"it is a code block of {lines} lines in a Markdown document")
             spec = detect(section.text, section.command)
             if spec is not None:
                 found.append((section, spec))

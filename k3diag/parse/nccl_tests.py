@@ -342,7 +342,8 @@ def parse(section, input_name: str) -> NcclTestsResult:
             + ", ".join(str(n) for n in skipped)
         )
     if nccl_lines:
-        result.nccl = nccl_log.parse_stream(lines, input_name, first_line=first, command=section.command)
+        result.nccl = nccl_log.parse_stream(lines, input_name, first_line=first, command=section.command,
+                                            excerpt=getattr(section, "excerpt", ""))
         result.warnings.extend(result.nccl.warnings if result.nccl.runs else [])
     if not result.benchmarks or all(not b.rows and not b.devices and b.avg_busbw is None for b in result.benchmarks):
         if not (len(result.benchmarks) == 1 and result.benchmarks[0].op and not result.benchmarks[0].header_source):

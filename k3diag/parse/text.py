@@ -231,6 +231,10 @@ class Section:
     # The text is `normalize`d already (cut from a normalized file): `section_text` hands it on as
     # it is instead of scanning megabytes again for what cannot be there.
     normalized: bool = field(default=False, compare=False)
+    # Why the text is known to be only part of an output (a few lines quoted in a document's code block, a
+    # file read only in part); empty when nothing says so. A parser that judges what did not happen (an NCCL
+    # init never seen to complete) says "not seen in this excerpt" rather than a fault.
+    excerpt: str = field(default="", compare=False)
 
 
 def section_text(section: Section) -> str:

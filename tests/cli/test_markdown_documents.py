@@ -58,7 +58,12 @@ def test_a_log_pasted_in_a_code_block_is_read_and_the_prose_advice_is_not_taken_
     assert report["nccl"]["version"] == "2.27.3+cuda12.9"
     assert report["nccl"]["net"]["network"] == "Socket"
     assert report["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "^docker0,lo"}
-    assert {finding["id"] for finding in report["findings"]} == {"nccl-multinode-socket", "nccl-warnings"}
+    assert {finding["id"] for finding in report["findings"]} == {"nccl-multinode-socket", "nccl-warnings",
+                                                                  "nccl-init-slow"}
+    # its `Init timings` line: 59.83 s of the 59.98 s init waiting in bootstrap
+    [slow] = [finding for finding in report["findings"] if finding["id"] == "nccl-init-slow"]
+    assert slow["title"].endswith("took 60.0 s (rank 0), mostly in bootstrap")
+    assert "59.83 s of it in bootstrap" in slow["explanation"]
     assert report["inputs"][0]["warnings"] == []  # the advice is about the log the document holds
     _, text = _analyze(NCCL / "markdown-notes-nccl-2.27-efa-log-in-code-block-socket.md")
     assert "NCCL: NCCL 2.27.3+cuda12.9; 3 communicators, up to 4 ranks; connection lines: 7 NET" in text

@@ -24,6 +24,7 @@ RULE_MODULES: tuple[str, ...] = (
     "k3diag.analyze.rules.nic",
     "k3diag.analyze.rules.nccl_causes",
     "k3diag.analyze.rules.nccl",
+    "k3diag.analyze.rules.nccl_init",
     "k3diag.analyze.rules.benchmarks",
     "k3diag.analyze.rules.probe",
     "k3diag.analyze.rules.contradictions",

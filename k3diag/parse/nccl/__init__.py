@@ -34,6 +34,7 @@ import stat
 from typing import Iterable
 
 from k3diag.gcpause import collector_paused
+from k3diag.parse.nccl import init_state
 from k3diag.parse.nccl.parser import NcclLogParser
 from k3diag.parse.nccl.patterns import DETAIL_RUNS, TESTS_RANK_RE
 from k3diag.parse.nccl.runs import NcclLogResult
@@ -46,10 +47,18 @@ __all__ = [
 
 
 def parse_stream(lines: Iterable[str], input_name: str, first_line: int = 1,
-                 command: str | None = None) -> NcclLogResult:
+                 command: str | None = None, excerpt: str = "") -> NcclLogResult:
     """Parse a log given as lines (with or without line endings) in bounded memory; never raises.
     This is the exact path: every line goes through the per-line classifier. `command` is the command
-    line pasted before the output (`$ NCCL_P2P_DISABLE=1 torchrun ...`), when a splitter took it off."""
+    line pasted before the output (`$ NCCL_P2P_DISABLE=1 torchrun ...`), when a splitter took it off.
+    `excerpt`: why the caller knows the text is only part of a log (a document's code block), if it does.
+    Lines given as a list are searched again for what a rank stuck in init printed last (`init_state.settle`)."""
+    result = _parse_lines(lines, input_name, first_line, command)
+    init_state.settle(result, lines if isinstance(lines, list) else None, first_line=first_line, excerpt=excerpt)
+    return result
+
+
+def _parse_lines(lines: Iterable[str], input_name: str, first_line: int, command: str | None) -> NcclLogResult:
     parser = NcclLogParser(input_name)
     if command and "NCCL_" in command:
         parser._cmdline_env(command, None)  # the prompt's own line number is not known here
@@ -66,7 +75,7 @@ def parse_stream(lines: Iterable[str], input_name: str, first_line: int = 1,
 
 def parse(section, input_name: str) -> NcclLogResult:
     return parse_stream(section.text.split("\n"), input_name, first_line=section.first_line,
-                        command=getattr(section, "command", None))
+                        command=getattr(section, "command", None), excerpt=getattr(section, "excerpt", ""))
 
 
 def parse_path(path, input_name: str | None = None, workers: int | None = None) -> NcclLogResult:
@@ -87,7 +96,9 @@ def parse_bytes(data: bytes, input_name: str) -> NcclLogResult:
         lineno = 1
         for chunk in whole_line_chunks(BytesIO(data).read, len(data)):
             lineno = parser.feed_bytes(chunk, lineno)
-        return parser.finish()
+        result = parser.finish()
+    init_state.settle(result, data=data)
+    return result
 
 
 def parse_evidence(item, input_name: str) -> NcclLogResult:
@@ -101,4 +112,4 @@ def parse_evidence(item, input_name: str) -> NcclLogResult:
                 return parse_path(item.path, input_name)
     except OSError:
         pass
-    return parse_stream(item.iter_lines(), input_name)
+    return parse_stream(item.iter_lines(), input_name)  # read once: a stuck rank's start line is its evidence

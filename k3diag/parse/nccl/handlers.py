@@ -17,6 +17,8 @@ from k3diag.parse.nccl.comm_shapes import COMM_LINE_RE as _COMM_LINE_RE
 from k3diag.parse.nccl.comm_shapes import INIT_LINE_RE as _INIT_LINE_RE
 from k3diag.parse.nccl.comm_shapes import bus_id as _bus_id
 from k3diag.parse.nccl.comm_shapes import comm_values as _comm_values
+from k3diag.parse.nccl.init_state import done_key as _done_key
+from k3diag.parse.nccl.init_state import read_init_timings as _read_init_timings
 from k3diag.parse.nccl.state import Instance, Thread
 
 # A pasted command line or `env` dump that sets a variable changing NCCL's transports.
@@ -243,6 +245,9 @@ class LineHandlers:
             # per-collective COLL lines (`AllReduce: opCount 5 ... comm 0x..`) are most of a big log
             return
         first = body[0]
+        if first == "I" and body.startswith("Init timings"):
+            _read_init_timings(self, self._thread(pre), raw, body, lineno)
+            return
         if body.startswith("Channel ") or body.startswith("Ring "):
             self._ring(raw, body, pre, lineno)
             return
@@ -438,7 +443,8 @@ class LineHandlers:
         if "rank" in values and (inst.source is None or complete):
             inst.source = self._source(lineno, raw)
             inst.source_complete = complete
-        if "Destroy COMPLETE" in body:
+        if "Destroy COMPLETE" in body or "Abort COMPLETE" in body:
+            inst.ended = True
             return
         if " nRanks 0" in body or "localSize" in body or " bytes - Init COMPLETE" in body:
             # RCCL-only spellings: zero-padded nRanks suffix, kernel localSize, allocation total
@@ -546,6 +552,7 @@ class LineHandlers:
         if complete:
             thread.current = None
             inst.complete = True
+            thread.done = _done_key(inst)
             if inst.comm_id and inst.nranks and inst.rank is not None:
                 self._rank_complete(inst)
         else:

@@ -50,6 +50,8 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         # the line that set `net.network` / `net.plugin` (first wins); joined to `net.sources` at the end
         self.net_first: dict[str, SourceRef] = {}
         self.tests_ranks: dict[int, NcclRank] = {}
+        # `Init timings` lines: run key (or, unattributed, ("rank", host, pid, rank, nranks)) -> NcclInitTimings
+        self.init_timings: dict = {}
         self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
         self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items
         # (host, body) of the facts read (`patterns.read_once`): the body as text on the exact path, as

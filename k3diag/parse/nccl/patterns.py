@@ -71,6 +71,8 @@ NOT_KEPT: dict[str, tuple[str, str, str]] = {
     "messages": ("NCCL warning or error", "NCCL warnings or errors", "past the first {MAX_MESSAGES:,} distinct ones"),
     "connection_lines": ("connection line", "connection lines", "of ranks connected to more than "
                          "{MAX_CONN_KEYS_PER_INSTANCE:,} distinct peers and transports in one communicator"),
+    "init_timings": ("`Init timings` line", "`Init timings` lines", "of communicators past the first 4,096 whose "
+                     "init timings are kept"),
     "init_lines": ("communicator init line", "communicator init lines", "of ranks past the first {MAX_INSTANCES:,} "
                            "communicator instances being read at once"),
     # not a fact left out but a thread's state: said in its own words (`CUT_THREADS_SENTENCE`)
@@ -163,7 +165,7 @@ CONN_TAGS = frozenset({"INFO Chan", "INFO Ring"})
 INFO_TAGS = frozenset({
     "INFO Tree", "INFO comm", "INFO nccl", "INFO NCCL", "INFO RCCL", "INFO HSA_", "INFO NET/", "INFO Usin",
     "INFO Fail", "INFO GPU ", "INFO GPU/", "INFO NIC/", "INFO P2P ", "INFO Patt", "INFO Conn", "INFO init",
-    "INFO ROCr", "INFO Hipr", "INFO MSCC", "INFO MNNV", "INFO DMA-", "INFO NVLS", "INFO [Ran",
+    "INFO ROCr", "INFO Hipr", "INFO MSCC", "INFO MNNV", "INFO DMA-", "INFO NVLS", "INFO [Ran", "INFO Init",
 })
 # coll/nvls channel counts start with a number: `16 coll channels, 0 collnet channels, 0 nvls channels`
 COUNT_TAG_NEEDS = " coll channels"
@@ -174,6 +176,7 @@ TAG_NEEDS = {
     "INFO init": "rsmi",  # RCCL's `initialized internal alternative rsmi functionality`
     "INFO MNNV": "healthMask",
     "INFO [Ran": "comm 0x",  # 2.29+ `[Rank 3] ncclCommInitRank comm 0x.. - Init START`
+    "INFO Init": "Init timings",  # 2.23+ `Init timings - ncclCommInitRank: rank R nranks N total T (...)`
 }
 # one dict lookup per line: 1 = maybe a connection line, 2 = a line to read
 TAG_ACTIONS = {**{tag: 1 for tag in CONN_TAGS}, **{tag: 2 for tag in INFO_TAGS}}

@@ -16,6 +16,7 @@ from k3diag.gcpause import collector_paused
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl import chunks
 from k3diag.parse.nccl.chunks import whole_line_chunks
+from k3diag.parse.nccl.init_state import merge_init_timings, settle_file
 from k3diag.parse.nccl.parser import NcclLogParser
 from k3diag.parse.nccl.state import Instance, Thread, absorb_all
 
@@ -40,18 +41,18 @@ def parse_file(path, input_name: str, workers: int | None = None):
         if workers <= 1:
             parser = NcclLogParser(input_name)
             _read_range(parser, path, 0, size, 1)
-            return parser.finish()
+            return settle_file(parser.finish(), path)
         cuts = _cut_points(path, size, workers)
         parts = [(start, end) for start, end in zip(cuts[:-1], cuts[1:]) if end > start]
         if len(parts) < 2:  # a file of a few long lines cannot be cut
             parser = NcclLogParser(input_name)
             _read_range(parser, path, 0, size, 1)
-            return parser.finish()
+            return settle_file(parser.finish(), path)
         parsers = _run_parts(path, input_name, parts)
         merged = parsers[0]
         for later in parsers[1:]:
             merge_parser(merged, later)
-        return merged.finish()
+        return settle_file(merged.finish(), path)
 
 
 def _run_parts(path: Path, input_name: str, parts: list[tuple[int, int]]) -> list[NcclLogParser]:
@@ -274,6 +275,7 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
         a.net_first.setdefault(kind, source)
     if getattr(b, "read_error", None) and not getattr(a, "read_error", None):
         a.read_error = b.read_error
+    merge_init_timings(a, b)
     _merge_not_kept(a, b)
 
 

@@ -16,6 +16,7 @@ from k3diag.model.source import SourceRef, source_ref
 from k3diag.model.words import counted
 from k3diag.parse.ids import bdf_from_nccl_busid
 from k3diag.parse.nccl import patterns as P
+from k3diag.parse.nccl.init_state import init_state, is_stuck, timings_of
 from k3diag.parse.nccl.state import ConnAgg, Instance, absorb_all
 
 
@@ -133,7 +134,7 @@ def _stats(insts: list[Instance], extra: dict) -> tuple[bool, NcclRunSummary]:
         if inst.ptr is not None and inst.rank is not None and inst.host:
             host_of.setdefault(inst.rank, inst.host)
     counts = {"P2P": 0, "SHM": 0, "NET": 0}
-    problem = False
+    problem = any(map(is_stuck, insts))  # a rank stuck in init: the key evidence of a hang, kept in full
     for (src, dst, via, _), (transport, codes) in folded.items():
         counts[transport] = counts.get(transport, 0) + len(codes)
         if problem:
@@ -486,6 +487,7 @@ def _build_run(parser, key: str, insts: list[Instance], extra: dict, allow_empty
                 ring_map[ch] = NcclRing(ch, order, None)
     run.rings = [ring_map[ch] for ch in sorted(ring_map)]
     run.trees = [trees[k] for k in sorted(trees)]
+    run.init = init_state(insts, run.nranks)
 
     if not (allow_empty or run.connections or run.ranks or run.rings or run.trees):
         return None
@@ -515,6 +517,7 @@ def _complete_run(parser, run: NcclRun, library: str | None) -> None:
     for name, value in parser.shared().items():  # each key names the NcclRun field it fills
         setattr(run, name, value)
     run.net = parser.net
+    run.init_timings = timings_of(parser, "id:" + run.comm_id if run.comm_id else f"nranks:{run.nranks}", run)
     run.connections_dropped = parser.not_kept.get("connection_lines", 0)  # log-wide, as it always was
 
 

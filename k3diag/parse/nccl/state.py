@@ -79,6 +79,7 @@ class Instance:
     source_complete: bool = False  # `source` is the Init COMPLETE line (preferred)
     first_line: int = 0  # where the instance was first seen: orders runs the same way on every path
     complete: bool = False  # its `Init COMPLETE` line was read
+    ended: bool = False  # its `Destroy COMPLETE` / `Abort COMPLETE` line was read: not stuck in init
     # May its communicator be built as soon as every rank completed? Always in one pass over a file;
     # in a part cut for parallel parsing only if this part saw its `Init START` after the thread's head.
     clean: bool = True
@@ -92,6 +93,7 @@ class Instance:
         """Merge what a later part of the file said about the same instance, as one pass would have; what
         the bounds leave out is counted in `not_kept` (the parser's, by kind)."""
         self.complete = self.complete or later.complete
+        self.ended = self.ended or later.ended
         if self.rank is None:
             self.rank = later.rank
         if self.nranks is None:
@@ -144,3 +146,4 @@ class Thread:
     head: Instance | None = None
     head_closed: bool = True
     adopter: tuple | None = None  # key of the instance whose comm line ended the head
+    done: str | None = None  # the run key of the communicator it completed last (its `Init timings` line follows)

@@ -1,0 +1,252 @@
+"""How far each communicator's init got (`model.nccl_init`): stuck ranks, ranks never seen, `Init timings`.
+
+Stuck ranks are read off the instances a run is built from (started, no `Init COMPLETE`, not destroyed). Two
+things need the text again and are done only when a run has a stuck rank, after the last line (nothing is added
+to the per-line paths): the last NCCL line of each stuck rank's process (its record header searched from the
+end), and whether the text is visibly cut (a truncation mark such as `...` or `[truncated]` on a line of its
+own). Both paths (lines and bytes) search the same way, so they give the same result.
+"""
+
+from __future__ import annotations
+
+import re
+
+from k3diag.model.nccl_init import INIT_PHASES, NcclInitState, NcclInitTiming, NcclInitTimings, NcclStuckRank
+from k3diag.model.source import source_ref
+from k3diag.parse.nccl import patterns as P
+from k3diag.parse.text import strip_ansi
+
+MAX_STUCK_EXAMPLES = 8  # stuck ranks quoted per communicator (the rest counted)
+MAX_MISSING_LISTED = 64  # ranks never seen, listed per communicator (the rest counted)
+MAX_SLOWEST = 8  # `Init timings` kept per communicator, slowest first
+MAX_REREAD_BYTES = 512 << 20  # a file searched again (held as text once) only up to this size
+MAX_TIMING_KEYS = 4_096  # communicators (or, unattributed, ranks) whose timings are kept
+# A whole job's log shows 15 or more NCCL lines per rank for its init (version, Bootstrap, NET, comm lines,
+# channels, connections, Init COMPLETE); a text with fewer NCCL lines than this is a quote, not a job's log.
+FEW_NCCL_LINES = 20
+# `Init timings - ncclCommInitRank: rank 0 nranks 8 total 1.52 (kernels 0.19, alloc 0.04, bootstrap 0.04, ...)`
+INIT_TIMINGS_RE = re.compile(r"^Init timings - (?P<api>\w+): rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
+                             r"total (?P<total>[\d.]+)(?: \((?P<phases>[^)]*)\))?")
+_PHASE_RE = re.compile(r"(?P<name>[a-z]+) (?P<value>[\d.]+)")
+# a line of its own that says the text was cut: `...`, `…`, `[...]`, `<truncated>`, `(snip)`, `... 1234 more lines`
+TRUNCATION_RE = re.compile(
+    r"^[ \t>|#*\[(<-]*(?:\.{3,}|…+|\[\.{3}\]|\(\.{3}\)|<\.{3}>|[\[(<]?(?:truncated|snip|snipped|omitted|cut)[\])>]?"
+    r"|.{0,40}\b\d[\d,]* (?:more )?(?:lines?|rows?) (?:omitted|truncated|skipped|hidden|not shown)\b.{0,40}"
+    r"|\.{3}.{0,40}\b(?:truncated|omitted|more lines)\b.{0,40})[ \t.]*\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+# -- stuck ranks -----------------------------------------------------------------------------------
+
+
+def is_stuck(inst) -> bool:
+    """A rank that started its init (a communicator line naming its rank) and printed no `Init COMPLETE`."""
+    return inst.ptr is not None and inst.rank is not None and not inst.complete and not inst.ended
+
+
+def init_state(insts: list, nranks: int | None) -> NcclInitState | None:
+    """What the instances of one communicator show of its init; None when no rank printed an init line."""
+    started: dict[int, object] = {}
+    completed: set[int] = set()
+    for inst in insts:
+        if inst.ptr is None or inst.rank is None or (inst.ended and not inst.complete):
+            continue
+        if inst.complete:
+            completed.add(inst.rank)
+        known = started.get(inst.rank)
+        if known is None or (inst.complete and not known.complete):
+            started[inst.rank] = inst
+    if not started:
+        return None
+    stuck = sorted((inst for rank, inst in started.items() if rank not in completed), key=lambda i: i.rank)
+    state = NcclInitState(nranks=nranks, started=len(started), completed=len(completed), stuck_total=len(stuck))
+    state.stuck = [NcclStuckRank(inst.rank, inst.host, inst.pid, inst.source) for inst in stuck[:MAX_STUCK_EXAMPLES]]
+    if nranks:
+        missing = [rank for rank in range(nranks) if rank not in started] if nranks <= 1 << 20 else []
+        state.missing_total = len(missing)
+        state.missing = missing[:MAX_MISSING_LISTED]
+    return state
+
+
+def settle(result, lines: list[str] | None = None, data=None, first_line: int = 1, excerpt: str = "") -> None:
+    """For the runs with a stuck rank: the last line of each stuck rank's process, and whether the log is
+    visibly cut. `lines` (the text's lines, numbered from `first_line`) or `data` (bytes or an mmap of the
+    whole text) give the text again; with neither, the start lines stay the only evidence."""
+    runs = [run for run in result.runs if run.init is not None and run.init.stuck_total]
+    if not runs:
+        return
+    if data is not None and lines is None:
+        data = _text_of(data)  # decoded once for every search below
+    why = excerpt
+    if not why and result.lines_nccl < FEW_NCCL_LINES:
+        why = f"the text holds only {result.lines_nccl} NCCL lines, fewer than a whole job's init prints"
+    if not why and (lines is not None or data is not None):
+        mark = _truncation_mark(lines, data, first_line)
+        if mark:
+            why = f"line {mark[0]} (`{mark[1]}`) marks the text as cut"
+    for run in runs:
+        run.init.excerpt, run.init.excerpt_why = bool(why), why
+        for stuck in run.init.stuck:
+            if stuck.host is None:
+                continue
+            found = _last_line(stuck.host, stuck.pid, lines, data, first_line)
+            if found is not None:
+                stuck.last = source_ref(result.input_name, found[0], found[1])
+
+
+def settle_file(result, path) -> object:
+    """`settle` for a log file (read again only when a run has a stuck rank, and only up to
+    `MAX_REREAD_BYTES`: a bigger file keeps the start lines as the evidence); returns the result."""
+    if not any(run.init is not None and run.init.stuck_total for run in result.runs):
+        return result
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_REREAD_BYTES + 1)
+    except OSError:
+        data = None
+    settle(result, data=data if data is not None and len(data) <= MAX_REREAD_BYTES else None)
+    return result
+
+
+def _truncation_mark(lines, data, first_line: int) -> tuple[int, str] | None:
+    """The first short line of its own that says the text was cut (the same on both paths)."""
+    if lines is not None:
+        for number, line in enumerate(lines, first_line):
+            if len(line.rstrip("\r\n")) < 120 and TRUNCATION_RE.match(line):
+                return number, line.strip()
+        return None
+    text = _text_of(data)
+    for found in TRUNCATION_RE.finditer(text):
+        stop = text.find("\n", found.start())
+        line = text[found.start(): stop if stop >= 0 else len(text)]
+        if len(line.rstrip("\r")) < 120:
+            return first_line + text.count("\n", 0, found.start()), line.strip()
+    return None
+
+
+def _text_of(data) -> str:
+    """The bytes as the fast path reads them (UTF-8, bad bytes replaced); kept for one `settle` call."""
+    return bytes(data).decode("utf-8", errors="replace") if not isinstance(data, str) else data
+
+
+def _header_matches(line: str, host: str, pid: int | None) -> bool:
+    """Whether `line` is an NCCL record printed by that process (its header right before ` NCCL `)."""
+    k = line.find(P.MARK)
+    if k <= 0:
+        return False
+    pre = line[:k][-P.MAX_HEADER_CHARS:]
+    found = P.PREFIX_RE.search(pre) if pid is not None else P.PREFIX_NOPID_RE.search(pre)
+    return found is not None and found.group("host") == host and (pid is None or int(found.group("pid")) == pid)
+
+
+def _last_line(host: str, pid: int | None, lines, data, first_line: int) -> tuple[int, str] | None:
+    needle = f"{host}:{pid}:" if pid is not None else f"{host} ["
+    if lines is not None:
+        for index in range(len(lines) - 1, -1, -1):
+            line = lines[index]
+            if needle in line:
+                line = strip_ansi(line) if "\x1b" in line else line
+                if _header_matches(line, host, pid):
+                    return first_line + index, _quoted(line)
+        return None
+    if data is None:
+        return None
+    text = _text_of(data)
+    end = len(text)
+    while True:
+        at = text.rfind(needle, 0, end)
+        if at < 0:
+            return None
+        start = text.rfind("\n", 0, at) + 1
+        stop = text.find("\n", at)
+        line = text[start: stop if stop >= 0 else len(text)]
+        clean = strip_ansi(line) if "\x1b" in line else line
+        if _header_matches(clean, host, pid):
+            return first_line + text.count("\n", 0, start), _quoted(clean)
+        end = start
+
+
+def _quoted(line: str) -> str:
+    text = line.rstrip("\r\n")
+    return text[:2000] + "..." if len(text) > 2000 else text
+
+
+# -- Init timings ----------------------------------------------------------------------------------
+
+
+def read_init_timings(parser, thread, raw: str, body: str, lineno: int) -> None:
+    """One `Init timings` line, kept with the communicator its thread just completed (else with its rank)."""
+    match = INIT_TIMINGS_RE.match(body)
+    if match is None:
+        return
+    try:
+        phases = {m.group("name"): float(m.group("value")) for m in _PHASE_RE.finditer(match.group("phases") or "")
+                  if m.group("name") in INIT_PHASES}
+        timing = NcclInitTiming(int(match.group("rank")), int(match.group("nranks")), match.group("api"),
+                                float(match.group("total")), phases, thread.host, thread.pid,
+                                parser._source(lineno, raw))
+    except ValueError:
+        parser._skip(lineno)
+        return
+    key = thread.done or ("rank", thread.host, thread.pid, timing.rank, timing.nranks)
+    table = parser.init_timings
+    entry = table.get(key)
+    if entry is None:
+        if not parser._room(table, MAX_TIMING_KEYS, "init_timings"):
+            return
+        entry = table[key] = NcclInitTimings()
+    add_timing(entry, timing)
+
+
+def add_timing(entry: NcclInitTimings, timing: NcclInitTiming, count: int = 1) -> None:
+    entry.ranks_timed += count
+    if entry.fastest_total is None or timing.total < entry.fastest_total:
+        entry.fastest_total = timing.total
+    slowest = entry.slowest
+    slowest.append(timing)
+    # slowest first; ties in line order, so every path keeps the same ones
+    slowest.sort(key=lambda t: (-t.total, t.source.line if t.source and t.source.line else 0))
+    del slowest[MAX_SLOWEST:]
+
+
+def merge_init_timings(a, b) -> None:
+    """Part `b`'s timings folded into `a` (a file read in parts): what one pass would have kept."""
+    for key, theirs in b.init_timings.items():
+        mine = a.init_timings.get(key)
+        if mine is None:
+            if not a._room(a.init_timings, MAX_TIMING_KEYS, "init_timings"):
+                continue
+            mine = a.init_timings[key] = NcclInitTimings()
+        fastest = theirs.fastest_total
+        for timing in theirs.slowest:
+            add_timing(mine, timing, 0)
+        mine.ranks_timed += theirs.ranks_timed
+        if fastest is not None and (mine.fastest_total is None or fastest < mine.fastest_total):
+            mine.fastest_total = fastest
+
+
+def timings_of(parser, key: str, run) -> NcclInitTimings | None:
+    """The `Init timings` of a run: those kept under its key, with those kept under its ranks (a line whose
+    thread had not been seen completing: read right after a cut of the file, or its thread forgotten)."""
+    table = parser.init_timings
+    if not table:
+        return None
+    found = [table[key]] if key in table else []
+    found.extend(table[k] for k in (("rank", info.host, info.pid, info.rank, run.nranks) for info in run.ranks)
+                 if k in table)
+    if len(found) <= 1:
+        return found[0] if found else None
+    entry = NcclInitTimings()
+    for part in found:
+        for timing in part.slowest:
+            add_timing(entry, timing, 0)
+        entry.ranks_timed += part.ranks_timed
+        if part.fastest_total is not None and (entry.fastest_total is None or part.fastest_total < entry.fastest_total):
+            entry.fastest_total = part.fastest_total
+    return entry
+
+
+def done_key(inst) -> str | None:
+    """The key of the run an instance belongs to (`runs._group_key`), for the `Init timings` line after it."""
+    if inst.comm_id:
+        return "id:" + inst.comm_id
+    return f"nranks:{inst.nranks}" if inst.nranks is not None else None
