@@ -3,7 +3,9 @@
 In a document the outputs sit in fenced code blocks; the prose around them (headings, tables, lists,
 sentences with `inline code`) is the author's words, even where it quotes a tool's lines: a table
 row citing `misc/ibvwrap.cc:63 NCCL WARN ...` is not a warning NCCL printed. So a document is read
-as its code blocks only (`split_markdown`), and what its prose quotes is said, not read.
+as its code blocks only (`split_markdown`), and what its prose quotes is said, not read. The prose still says
+which command printed a block: a block that holds only a command, or an inline-code command in the sentence right
+before a block (`Output of `nvidia-smi topo -m`:`), gives the block its command (`read_document`).
 
 A text is a document when its head holds what only a document has: a code fence (```` ``` ```` or
 `~~~`, CommonMark) or a table as GitHub renders one, a header row then a delimiter row (`| --- | --- |`)
@@ -16,18 +18,60 @@ cut keeps all its lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from k3diag.model.words import counted
 from k3diag.parse.detect import detect, split_sections
 from k3diag.parse.markdown_head import _FENCE_RE, HEAD_CHARS, is_markdown  # noqa: F401  (is_markdown re-exported)
 from k3diag.parse.registry import FormatSpec, parser_module
-from k3diag.parse.text import Section
+from k3diag.parse.text import Section, prompt_command
 
 
 # A code block shorter than this quotes part of an output (what the author chose to show); a longer one is
 # taken for the whole output. Parsers judge what an excerpt does not show as unknown (`Section.excerpt`).
 EXCERPT_BLOCK_LINES = 100
+# A block holding only a command stands for the next block's command across at most this many prose lines
+# ("Output:", "gives:"); more prose between them is about something else.
+MAX_PROSE_AFTER_COMMAND = 2
+_INLINE_CODE_RE = re.compile(r"`([^`\n]+)`")
+
+
+def known_command(text: str) -> str | None:
+    """`text` as a command k3diag knows the output of (`nvidia-smi topo -m`, `$ lspci -vvv`), else None."""
+    text = text.strip()
+    if not text or len(text) > 300:
+        return None
+    if prompt_command(text) is not None:
+        return prompt_command(text)
+    # a bare command, not a tool's first line that starts with its name (`nvbandwidth Version: v0.5`)
+    return None if ": " in text or "\t" in text else prompt_command("$ " + text)
+
+
+def command_only(text: str) -> str | None:
+    """The command of a block that holds only one (a prompt line or a bare command, blank lines aside)."""
+    filled = [line for line in text.split("\n") if line.strip()]
+    return known_command(filled[0]) if len(filled) == 1 else None
+
+
+def inline_command(sentence: str) -> str | None:
+    """The command an inline-code span of a sentence names (`Output of `nvidia-smi topo -m`:`), the last one
+    when several do; None when no span is a command k3diag knows."""
+    found = None
+    for span in _INLINE_CODE_RE.findall(sentence):
+        found = known_command(span) or found
+    return found
+
+
+def _bare_command_head(text: str) -> tuple[str, str | None]:
+    """A block whose first line is a bare command (`nvidia-smi topo -m`, no prompt) then its output: the
+    text with that line written as a prompt line (line numbers stay), and the command; else the text as it is."""
+    head, sep, rest = text.partition("\n")
+    if not sep or not rest.strip() or prompt_command(head) is not None:
+        return text, None  # a prompt line is `split_sections`'s to read
+    found = known_command(head)
+    # read as the prompt line it stands for, which keeps the output below it in one section with it
+    return ("$ " + head.strip() + "\n" + rest, found) if found else (text, None)
 
 
 @dataclass(frozen=True)
@@ -36,6 +80,10 @@ class CodeBlock:
 
     first_line: int  # 1-based line of the document where the block's content starts
     text: str
+    # the last line of prose right before the fence (blank lines aside), and how many prose lines stand
+    # between the previous block and this one: what says which command printed the block
+    lead: str = ""
+    prose_between: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +102,7 @@ def split_markdown(text: str) -> MarkdownText:
     fence: str | None = None  # the opening fence of the block we are in
     block: list[str] = []
     block_start = 0
+    lead, between = "", 0  # the prose since the previous block: its last line, and how many lines
     for number, line in enumerate(lines, 1):
         found = _FENCE_RE.match(line) if ("```" in line or "~~~" in line) else None
         if fence is None:
@@ -65,19 +114,24 @@ def split_markdown(text: str) -> MarkdownText:
                 # author typed the first line right after the fence (GitHub shows it as the info string).
                 glued = " " in info or "\t" in info
                 block, block_start = ([info], number) if glued else ([], number + 1)
+                block_lead, block_between = lead, between
             elif found is not None:  # ``` `code` ``` on one line: an inline span, prose
                 prose[-1] = line
+            if found is None or fence is None:
+                if line.strip():
+                    lead, between = line.strip(), between + 1
             continue
         prose.append("")
         if found is not None and found.group("fence")[0] == fence[0] and len(found.group("fence")) >= len(fence) \
                 and not found.group("info").strip():
             if block:
-                blocks.append(CodeBlock(block_start, "\n".join(block)))
+                blocks.append(CodeBlock(block_start, "\n".join(block), block_lead, block_between))
             fence = None
+            lead, between = "", 0
             continue
         block.append(line)
     if fence is not None and block:
-        blocks.append(CodeBlock(block_start, "\n".join(block)))
+        blocks.append(CodeBlock(block_start, "\n".join(block), block_lead, block_between))
     return MarkdownText(blocks=tuple(blocks), prose="\n".join(prose))
 
 
@@ -98,9 +152,23 @@ def read_document(text: str, name: str, command: str | None = None) -> DocumentR
     document = split_markdown(text)
     found: list[tuple[Section, FormatSpec]] = []
     # Each block is an output of its own (the author fenced each one), cut further where it holds several.
+    # Its command (what says which tool printed it, with which options) is, in this order: a prompt line in
+    # the block (`split_sections`), a bare command on its first line, the block before it when that holds only
+    # a command, an inline-code command in the sentence right before it; else the document's.
+    pending: str | None = None  # a block that held only a command: the next block is its output
     for block in document.blocks:
-        for section in split_sections(block.text, command, normalized=True):
-            section = replace(section, first_line=section.first_line + block.first_line - 1)
+        alone = command_only(block.text)
+        if alone is not None:
+            pending = alone
+            continue
+        text, own = _bare_command_head(block.text)
+        block_command = own or (pending if block.prose_between <= MAX_PROSE_AFTER_COMMAND else None) \
+            or inline_command(block.lead) or command
+        pending = None
+        # the output starts the block's first section (which carries the command), blank lines above it aside
+        skipped = len(text) - len(text.lstrip("\n"))
+        for section in split_sections(text[skipped:], block_command, normalized=True):
+            section = replace(section, first_line=section.first_line + block.first_line - 1 + skipped)
             lines = section.text.count("\n") + 1
             if lines < EXCERPT_BLOCK_LINES:
                 section = replace(section, excerpt=f"it is a code block of {lines} lines in a Markdown document")
