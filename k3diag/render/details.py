@@ -198,6 +198,9 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
         if run.env:
             out.line("settings: " + ", ".join(f"{key}={value}" for key, value in sorted(run.env.items())), indent=2,
                      wrap=True, hang=4)
+        init = _init_line(run)
+        if init:
+            out.line(init, indent=2, wrap=True, hang=4)
         _transport_matrix(run, out)
     if hidden:
         totals: dict[str, int] = {}
@@ -208,6 +211,28 @@ def nccl_runs(machine: "Machine", out: Out) -> None:
                  f"{per_kind(totals) or 'none seen'}); all are in --json")
     if machine.nccl:
         out.line()
+
+
+def _init_line(run: Any) -> str:
+    """How far the communicator's init got, and its slowest `Init timings` line, in words ("" when the log
+    shows neither)."""
+    parts = []
+    state = getattr(run, "init", None)
+    if state is not None:
+        of = f" of {state.nranks}" if state.nranks else ""
+        text = f"{counted(state.started, 'rank')}{of} started, {state.completed} completed"
+        if state.stuck_total:
+            text += f", {state.stuck_total} never completed" + (" in this excerpt" if state.excerpt else "")
+        if state.missing_total:
+            text += f", {state.missing_total} never seen"
+        parts.append(text)
+    timings = getattr(run, "init_timings", None)
+    if timings is not None and timings.slowest:
+        slowest = timings.slowest[0]
+        phase = f", mostly {slowest.dominant}" if slowest.dominant else ""
+        parts.append(f"slowest init rank {slowest.rank} {slowest.total:.2f} s{phase} "
+                     f"({counted(timings.ranks_timed, 'rank')} timed)")
+    return ("init: " + "; ".join(parts)) if parts else ""
 
 
 def _transport_matrix(run: Any, out: Out) -> None:

@@ -49,7 +49,9 @@ def test_a_whole_log_whose_ranks_never_complete_init_is_a_hang_with_each_ranks_l
     init = report["nccl_runs"][0]["init"]
     assert (init["nranks"], init["started"], init["completed"], init["stuck_total"], init["excerpt"]) == (8, 8, 0, 8, False)
     assert init["stuck"][0]["start"]["line"] == 78 and init["stuck"][0]["last"]["line"] == 165
-    assert "started NCCL init and never completed it" in _text(HANG)
+    details = _text(HANG)
+    assert "started NCCL init and never completed it" in details
+    assert "init: 8 ranks of 8 started, 0 completed, 8 never completed" in details
 
 
 def test_the_same_log_marked_as_cut_is_only_not_seen_to_complete(tmp_path: Path) -> None:
@@ -126,6 +128,8 @@ def test_init_timings_are_kept_per_communicator_and_a_slow_init_names_its_phase(
     assert timings["dominant_phase"] == "rest"
     assert [t["total_s"] for t in timings["slowest"]] == sorted((t["total_s"] for t in timings["slowest"]), reverse=True)
     assert timings["slowest"][0]["phases_s"]["rest"] == 24.38
+    assert ("init: 4 ranks of 16 started, 4 completed, 12 never seen; slowest init rank 1 24.41 s, mostly rest "
+            "(4 ranks timed)") in _text(path)
 
 
 def test_a_bootstrap_wait_points_at_the_network() -> None:
@@ -144,3 +148,22 @@ def test_fast_inits_are_not_reported() -> None:
         report = _report(FIXTURES / name)
         assert not _findings(report, "nccl-init-slow"), name
         assert any(run["init_timings"] for run in report["nccl_runs"]), name
+
+
+def test_a_2_29_rank_prefixed_start_whose_complete_line_is_gone_is_stuck_while_its_peer_completed(tmp_path: Path) -> None:
+    """NCCL 2.29's `[Rank 0] ncclCommInitRank ... - Init START` (a real log), with rank 0's `Init COMPLETE` line
+    taken out: rank 1 completed, rank 0 did not, and the log holds error traces: a fault, severity fail."""
+    real = (FIXTURES / "nccl-2.29.2-efa-rank-prefix-init-start-cuda-failure.log").read_text().split("\n")
+    kept = [line for line in real if not ("Init COMPLETE" in line and "rank 0 " in line)]
+    log = tmp_path / "rank0-stuck.log"
+    log.write_text("\n".join(kept))
+    report = _report(log)
+    [finding] = _findings(report, "nccl-init-incomplete")
+    assert finding["severity"] == "fail"
+    assert finding["title"] == ("1 rank (0) of communicator 0xc3d9a10350effd4f started NCCL init and never "
+                                "completed it")
+    assert "2 ranks of 2 started init, 1 completed" in finding["explanation"]
+    assert "error traces" in finding["explanation"]
+    [stuck] = report["nccl_runs"][0]["init"]["stuck"]
+    assert stuck["start"]["line"] == 67 and "[Rank 0] ncclCommInitRank" in stuck["start"]["text"]
+    assert stuck["last"]["line"] > 67 and stuck["last"]["text"].startswith("gpu-st-ml-1:50292:")
