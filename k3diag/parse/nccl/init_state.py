@@ -20,6 +20,9 @@ MAX_STUCK_EXAMPLES = 8  # stuck ranks quoted per communicator (the rest counted)
 MAX_MISSING_LISTED = 64  # ranks never seen, listed per communicator (the rest counted)
 MAX_SLOWEST = 8  # `Init timings` kept per communicator, slowest first
 MAX_REREAD_BYTES = 512 << 20  # a file searched again (held as text once) only up to this size
+# Texts up to this size are searched for a truncation mark: a paste someone cut by hand is small, and each word
+# of `_MARK_WORDS` is one pass over the text (about 1 ms a MiB each)
+MAX_MARKED_CHARS = 8 << 20
 MAX_TIMING_KEYS = 4_096  # communicators (or, unattributed, ranks) whose timings are kept
 # A whole job's log shows 15 or more NCCL lines per rank for its init (version, Bootstrap, NET, comm lines,
 # channels, connections, Init COMPLETE); a text with fewer NCCL lines than this is a quote, not a job's log.
@@ -69,26 +72,29 @@ def init_state(insts: list, nranks: int | None) -> NcclInitState | None:
 
 def settle(result, lines: list[str] | None = None, data=None, first_line: int = 1, excerpt: str = "") -> None:
     """For the runs with a stuck rank: the last line of each stuck rank's process, and whether the log is
-    visibly cut. `lines` (the text's lines, numbered from `first_line`) or `data` (bytes or an mmap of the
-    whole text) give the text again; with neither, the start lines stay the only evidence."""
+    visibly cut. `lines` (the text's lines, numbered from `first_line`) or `data` (the whole text as bytes)
+    give the text again; with neither, the start lines stay the only evidence."""
     runs = [run for run in result.runs if run.init is not None and run.init.stuck_total]
     if not runs:
         return
-    if data is not None and lines is None:
-        data = _text_of(data)  # decoded once for every search below
+    # one text for both paths (line endings as the bytes path splits them), searched at C speed
+    if lines is not None:
+        text: str | None = "\n".join(line[:-1] if line.endswith("\n") else line for line in lines)
+    else:
+        text = _text_of(data) if data is not None else None
     why = excerpt
     if not why and result.lines_nccl < FEW_NCCL_LINES:
         why = f"the text holds only {result.lines_nccl} NCCL lines, fewer than a whole job's init prints"
-    if not why and (lines is not None or data is not None):
-        mark = _truncation_mark(lines, data, first_line)
+    if not why and text is not None and len(text) <= MAX_MARKED_CHARS:
+        mark = _truncation_mark(text, first_line)
         if mark:
             why = f"line {mark[0]} (`{mark[1]}`) marks the text as cut"
     for run in runs:
         run.init.excerpt, run.init.excerpt_why = bool(why), why
         for stuck in run.init.stuck:
-            if stuck.host is None:
+            if stuck.host is None or text is None:
                 continue
-            found = _last_line(stuck.host, stuck.pid, lines, data, first_line)
+            found = _last_line(stuck.host, stuck.pid, text, first_line)
             if found is not None:
                 stuck.last = source_ref(result.input_name, found[0], found[1])
 
@@ -107,24 +113,36 @@ def settle_file(result, path) -> object:
     return result
 
 
-def _truncation_mark(lines, data, first_line: int) -> tuple[int, str] | None:
-    """The first short line of its own that says the text was cut (the same on both paths)."""
-    if lines is not None:
-        for number, line in enumerate(lines, first_line):
-            if len(line.rstrip("\r\n")) < 120 and TRUNCATION_RE.match(line):
-                return number, line.strip()
+# the words a truncation mark holds, in the cases people type them: candidate lines are found with `str.find`
+_MARK_WORDS = tuple(dict.fromkeys(variant for word in ("...", "…", "truncat", "snip", "omit", "cut", "more line",
+                                                         "more row", "skipped", "hidden", "not shown")
+                                  for variant in (word, word.capitalize(), word.upper())))
+
+
+def _truncation_mark(text: str, first_line: int) -> tuple[int, str] | None:
+    """The first short line of its own that says the text was cut (`TRUNCATION_RE`)."""
+    best: tuple[int, str] | None = None
+    for word in _MARK_WORDS:
+        position = 0
+        while True:
+            at = text.find(word, position, best[0] if best is not None else len(text))
+            if at < 0:
+                break
+            start = text.rfind("\n", 0, at) + 1
+            stop = text.find("\n", at)
+            stop = len(text) if stop < 0 else stop
+            line = text[start:stop]
+            if len(line.rstrip("\r")) < 120 and TRUNCATION_RE.match(line):
+                best = (start, line.strip())
+                break
+            position = stop + 1
+    if best is None:
         return None
-    text = _text_of(data)
-    for found in TRUNCATION_RE.finditer(text):
-        stop = text.find("\n", found.start())
-        line = text[found.start(): stop if stop >= 0 else len(text)]
-        if len(line.rstrip("\r")) < 120:
-            return first_line + text.count("\n", 0, found.start()), line.strip()
-    return None
+    return first_line + text.count("\n", 0, best[0]), best[1]
 
 
 def _text_of(data) -> str:
-    """The bytes as the fast path reads them (UTF-8, bad bytes replaced); kept for one `settle` call."""
+    """The bytes as the fast path reads them (UTF-8, bad bytes replaced)."""
     return bytes(data).decode("utf-8", errors="replace") if not isinstance(data, str) else data
 
 
@@ -138,19 +156,9 @@ def _header_matches(line: str, host: str, pid: int | None) -> bool:
     return found is not None and found.group("host") == host and (pid is None or int(found.group("pid")) == pid)
 
 
-def _last_line(host: str, pid: int | None, lines, data, first_line: int) -> tuple[int, str] | None:
+def _last_line(host: str, pid: int | None, text: str, first_line: int) -> tuple[int, str] | None:
+    """The last NCCL record of that process: its header searched from the end of the text."""
     needle = f"{host}:{pid}:" if pid is not None else f"{host} ["
-    if lines is not None:
-        for index in range(len(lines) - 1, -1, -1):
-            line = lines[index]
-            if needle in line:
-                line = strip_ansi(line) if "\x1b" in line else line
-                if _header_matches(line, host, pid):
-                    return first_line + index, _quoted(line)
-        return None
-    if data is None:
-        return None
-    text = _text_of(data)
     end = len(text)
     while True:
         at = text.rfind(needle, 0, end)
