@@ -71,8 +71,8 @@ NOT_KEPT: dict[str, tuple[str, str, str]] = {
     "messages": ("NCCL warning or error", "NCCL warnings or errors", "past the first {MAX_MESSAGES:,} distinct ones"),
     "connection_lines": ("connection line", "connection lines", "of ranks connected to more than "
                          "{MAX_CONN_KEYS_PER_INSTANCE:,} distinct peers and transports in one communicator"),
-    "init_timings": ("`Init timings` line", "`Init timings` lines", "of communicators past the first 4,096 whose "
-                     "init timings are kept"),
+    "init_timings": ("`Init timings` line", "`Init timings` lines", "of communicators past the first 4,096 "
+                     "with init timings"),
     "init_lines": ("communicator init line", "communicator init lines", "of ranks past the first {MAX_INSTANCES:,} "
                            "communicator instances being read at once"),
     # not a fact left out but a thread's state: said in its own words (`CUT_THREADS_SENTENCE`)
