@@ -167,3 +167,26 @@ def test_a_2_29_rank_prefixed_start_whose_complete_line_is_gone_is_stuck_while_i
     [stuck] = report["nccl_runs"][0]["init"]["stuck"]
     assert stuck["start"]["line"] == 67 and "[Rank 0] ncclCommInitRank" in stuck["start"]["text"]
     assert stuck["last"]["line"] > 67 and stuck["last"]["text"].startswith("gpu-st-ml-1:50292:")
+
+
+def test_a_big_file_is_searched_again_only_in_its_tail_with_the_same_line_numbers(monkeypatch) -> None:
+    """Past `MAX_REREAD_BYTES` only the file's tail is read again (memory stays bounded): a stuck rank whose
+    last line lies in the tail gets the same line as a whole read; one whose last line is before it keeps
+    its start line."""
+    from k3diag.parse.nccl import init_state
+
+    whole = [s.to_json() for s in parse_path(HANG, "hang.log").runs[0].init.stuck]
+    size = HANG.stat().st_size
+    last_lines = sorted(s["last"]["line"] for s in whole)
+    data = HANG.read_bytes()
+    # a tail starting mid-line, holding the latest of the last lines but not the earliest
+    offsets = [i for i, b in enumerate(data) if b == 10]
+    start = offsets[last_lines[0] - 1] + 5  # 5 bytes into the line after the earliest last line
+    monkeypatch.setattr(init_state, "MAX_REREAD_BYTES", size - start)
+    tail = [s.to_json() for s in parse_path(HANG, "hang.log").runs[0].init.stuck]
+    for before, after in zip(whole, tail):
+        if before["last"]["line"] > last_lines[0] + 1:
+            assert after["last"] == before["last"]  # same line number and text through the tail
+        else:
+            # not in the tail: its start line stays the evidence
+            assert after["last"] is None and after["start"] == before["start"]

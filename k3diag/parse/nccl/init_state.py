@@ -19,7 +19,10 @@ from k3diag.parse.text import strip_ansi
 MAX_STUCK_EXAMPLES = 8  # stuck ranks quoted per communicator (the rest counted)
 MAX_MISSING_LISTED = 64  # ranks never seen, listed per communicator (the rest counted)
 MAX_SLOWEST = 8  # `Init timings` kept per communicator, slowest first
-MAX_REREAD_BYTES = 512 << 20  # a file searched again (held as text once) only up to this size
+# A file is searched again whole up to this size; past it, only its last this many bytes are (as bytes and as
+# text, twice this in memory on top of the parse's state, which keeps a big log's peak RSS under 200 MB): a
+# stuck rank's last line is usually near the end, and one that is not keeps its start line as the evidence.
+MAX_REREAD_BYTES = 16 << 20
 # Texts up to this size are searched for a truncation mark: a paste someone cut by hand is small, and each word
 # of `_MARK_WORDS` is one pass over the text (about 1 ms a MiB each)
 MAX_MARKED_CHARS = 8 << 20
@@ -70,10 +73,12 @@ def init_state(insts: list, nranks: int | None) -> NcclInitState | None:
     return state
 
 
-def settle(result, lines: list[str] | None = None, data=None, first_line: int = 1, excerpt: str = "") -> None:
+def settle(result, lines: list[str] | None = None, data=None, first_line: int = 1, excerpt: str = "",
+           whole: bool = True) -> None:
     """For the runs with a stuck rank: the last line of each stuck rank's process, and whether the log is
     visibly cut. `lines` (the text's lines, numbered from `first_line`) or `data` (the whole text as bytes)
-    give the text again; with neither, the start lines stay the only evidence."""
+    give the text again (with `whole` False, `data` is only the tail of a file: no truncation mark is looked
+    for); with neither, the start lines stay the only evidence."""
     runs = [run for run in result.runs if run.init is not None and run.init.stuck_total]
     if not runs:
         return
@@ -85,7 +90,7 @@ def settle(result, lines: list[str] | None = None, data=None, first_line: int = 
     why = excerpt
     if not why and result.lines_nccl < FEW_NCCL_LINES:
         why = f"the text holds only {result.lines_nccl} NCCL lines, fewer than a whole job's init prints"
-    if not why and text is not None and len(text) <= MAX_MARKED_CHARS:
+    if not why and whole and text is not None and len(text) <= MAX_MARKED_CHARS:  # (a tail is not a paste)
         mark = _truncation_mark(text, first_line)
         if mark:
             why = f"line {mark[0]} (`{mark[1]}`) marks the text as cut"
@@ -100,17 +105,45 @@ def settle(result, lines: list[str] | None = None, data=None, first_line: int = 
 
 
 def settle_file(result, path) -> object:
-    """`settle` for a log file (read again only when a run has a stuck rank, and only up to
-    `MAX_REREAD_BYTES`: a bigger file keeps the start lines as the evidence); returns the result."""
+    """`settle` for a log file (read again only when a run has a stuck rank: the whole file up to
+    `MAX_REREAD_BYTES`, else its last `MAX_REREAD_BYTES`, numbered from where they start); returns the result."""
     if not any(run.init is not None and run.init.stuck_total for run in result.runs):
         return result
+    data, first_line, whole = None, 1, True
     try:
         with open(path, "rb") as handle:
-            data = handle.read(MAX_REREAD_BYTES + 1)
+            handle.seek(0, 2)
+            size = handle.tell()
+            start = max(0, size - MAX_REREAD_BYTES)
+            if start:
+                whole = False
+                newlines = _count_newlines(handle, start)
+                handle.seek(start - 1)
+                data = handle.read(MAX_REREAD_BYTES + 1)
+                # from the first whole line of the tail on (the line holding `start` is cut)
+                cut = 1 if data[:1] == b"\n" else data.find(b"\n") + 1
+                first_line = 1 + newlines + (0 if cut == 1 else 1)
+                data = data[cut:] if cut > 0 else b""
+            else:
+                handle.seek(0)
+                data = handle.read(MAX_REREAD_BYTES + 1)
     except OSError:
         data = None
-    settle(result, data=data if data is not None and len(data) <= MAX_REREAD_BYTES else None)
+    settle(result, data=data, first_line=first_line, whole=whole)
     return result
+
+
+def _count_newlines(handle, end: int) -> int:
+    """Newlines in the file's first `end` bytes, a chunk at a time (bounded memory)."""
+    handle.seek(0)
+    total, left = 0, end
+    while left > 0:
+        chunk = handle.read(min(8 << 20, left))
+        if not chunk:
+            break
+        total += chunk.count(b"\n")
+        left -= len(chunk)
+    return total
 
 
 # the words a truncation mark holds, in the cases people type them: candidate lines are found with `str.find`
