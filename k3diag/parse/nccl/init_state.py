@@ -18,7 +18,9 @@ from k3diag.parse.text import strip_ansi
 
 MAX_STUCK_EXAMPLES = 8  # stuck ranks quoted per communicator (the rest counted)
 MAX_MISSING_LISTED = 64  # ranks never seen, listed per communicator (the rest counted)
-MAX_SLOWEST = 8  # `Init timings` kept per communicator, slowest first
+# `Init timings` kept per communicator, slowest first: three say whether the slowest rank is alone (one waiting
+# host) or one of several; each holds its line, so 8 of each of 4,096 communicators cost ~45 MB of peak RSS
+MAX_SLOWEST = 3
 # A file is searched again whole up to this size; past it, only its last this many bytes are (as bytes and as
 # text, twice this in memory on top of the parse's state, which keeps a big log's peak RSS under 200 MB): a
 # stuck rank's last line is usually near the end, and one that is not keeps its start line as the evidence.
