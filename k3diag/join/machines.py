@@ -31,7 +31,10 @@ def build_machines(evidence: Iterable[Evidence], problems: Iterable[InputRecord]
     readable = [(piece, origin) for piece, origin in zip(parsed, origins) if piece.parsed]
     result = MachineSet(inputs=problems + [piece.record for piece in parsed])
     if len(readable) <= 1:
-        result.machines.append(_one_machine(problems, parsed))
+        machine = _one_machine(problems, parsed)
+        if readable:  # what the one input says of its machine (`Attached GPUs : 8` above one GPU block)
+            machine.identity = identity_of(machine, readable[0][0].record)
+        result.machines.append(machine)
         return result
 
     members: list[Member] = []
