@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from k3diag.analyze.finding import Finding, Rule
+from k3diag.analyze.rules.nccl import _subject_run
 from k3diag.model.machine import Machine
 from k3diag.model.words import counted
 
@@ -53,10 +54,8 @@ def _label(run: NcclRun) -> str:
     return f"{run.nranks}-rank communicator" if run.nranks else "an NCCL communicator"
 
 
-def _subject(run: NcclRun) -> str:
-    if run.comm_id:
-        return f"comm:{run.comm_id}"
-    return (run.input or "nccl-log").replace("\\", "/").rsplit("/", 1)[-1]
+# a finding's subject names the communicator as the other NCCL rules do (one key for `fleet` to count by)
+_subject = _subject_run
 
 
 def _ranges(numbers: list[int]) -> str:
