@@ -190,3 +190,23 @@ def test_a_big_file_is_searched_again_only_in_its_tail_with_the_same_line_number
         else:
             # not in the tail: its start line stays the evidence
             assert after["last"] is None and after["start"] == before["start"]
+
+
+def test_of_many_ranks_the_three_slowest_are_kept_ties_in_line_order_and_every_rank_counted() -> None:
+    # totals in an order where slower lines come after the first three are kept, ties among them, one bad line
+    totals = ["1.50", "2.00", "1.50", "3.25", "2.00", "0.75", "3.25", "1.2.3", "2.00", "0.50"]
+    lines = [f"h:1:2 [0] NCCL INFO ncclCommInitRank comm 0x5 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 1000 "
+             "commId 0xab - Init COMPLETE"]
+    for rank, total in enumerate(totals):
+        lines.append(f"h:1:2 [0] NCCL INFO Init timings - ncclCommInitRank: rank {rank} nranks 16 total {total} "
+                     "(kernels 0.10, alloc 0.01, bootstrap 0.20, allgathers 0.01, topo 0.30, graphs 0.01, "
+                     "connections 0.40, rest 0.02)")
+    [run] = parse_stream(lines, "x.log").runs
+    timings = run.init_timings
+    # slowest first; of equal totals the earlier line: rank 3 (line 5) before rank 6 (line 8), rank 1 before 4, 8
+    assert [(t.rank, t.total, t.source.line) for t in timings.slowest] == [(3, 3.25, 5), (6, 3.25, 8), (1, 2.0, 3)]
+    assert timings.ranks_timed == 9  # the line whose total does not parse is skipped, not timed
+    assert timings.fastest_total == 0.5
+    assert timings.slowest[0].phases == {"kernels": 0.1, "alloc": 0.01, "bootstrap": 0.2, "allgathers": 0.01,
+                                         "topo": 0.3, "graphs": 0.01, "connections": 0.4, "rest": 0.02}
+    assert timings.slowest[0].phases is not timings.slowest[1].phases  # each record its own

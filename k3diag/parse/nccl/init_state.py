@@ -36,6 +36,7 @@ FEW_NCCL_LINES = 20
 INIT_TIMINGS_RE = re.compile(r"^Init timings - (?P<api>\w+): rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
                              r"total (?P<total>[\d.]+)(?: \((?P<phases>[^)]*)\))?")
 _PHASE_RE = re.compile(r"(?P<name>[a-z]+) (?P<value>[\d.]+)")
+_PHASES: dict[str, dict[str, float]] = {}  # phases text -> its phases, parsed once
 # a line of its own that says the text was cut: `...`, `…`, `[...]`, `<truncated>`, `(snip)`, `... 1234 more lines`
 TRUNCATION_RE = re.compile(
     r"^[ \t>|#*\[(<-]*(?:\.{3,}|…+|\[\.{3}\]|\(\.{3}\)|<\.{3}>|[\[(<]?(?:truncated|snip|snipped|omitted|cut)[\])>]?"
@@ -217,27 +218,45 @@ def _quoted(line: str) -> str:
 
 
 def read_init_timings(parser, thread, raw: str, body: str, lineno: int) -> None:
-    """One `Init timings` line, kept with the communicator its thread just completed (else with its rank)."""
+    """One `Init timings` line, kept with the communicator its thread just completed (else with its rank).
+
+    Every line is counted; the record (its phases, its quoted line) is built only for one among the
+    `MAX_SLOWEST` slowest so far: a big log has one such line per rank and communicator, and building
+    each was ~14% of its parse."""
     match = INIT_TIMINGS_RE.match(body)
     if match is None:
         return
+    phases_text = match.group("phases") or ""
+    phases = _PHASES.get(phases_text)  # the same breakdown recurs across ranks and jobs
     try:
-        phases = {m.group("name"): float(m.group("value")) for m in _PHASE_RE.finditer(match.group("phases") or "")
-                  if m.group("name") in INIT_PHASES}
-        timing = NcclInitTiming(int(match.group("rank")), int(match.group("nranks")), match.group("api"),
-                                float(match.group("total")), phases, thread.host, thread.pid,
-                                parser._source(lineno, raw))
+        total = float(match.group("total"))
+        if phases is None:
+            phases = {m.group("name"): float(m.group("value")) for m in _PHASE_RE.finditer(phases_text)
+                      if m.group("name") in INIT_PHASES}
+            P.remember(_PHASES, phases_text, phases, 4096, phases_text)
     except ValueError:
         parser._skip(lineno)
         return
-    key = thread.done or ("rank", thread.host, thread.pid, timing.rank, timing.nranks)
+    rank, nranks = int(match.group("rank")), int(match.group("nranks"))
+    key = thread.done or ("rank", thread.host, thread.pid, rank, nranks)
     table = parser.init_timings
     entry = table.get(key)
     if entry is None:
         if not parser._room(table, MAX_TIMING_KEYS, "init_timings"):
             return
         entry = table[key] = NcclInitTimings()
-    add_timing(entry, timing)
+    slowest = entry.slowest
+    if len(slowest) >= MAX_SLOWEST:
+        last = slowest[-1]
+        last_line = last.source.line if last.source and last.source.line else 0
+        if total < last.total or (total == last.total and lineno >= last_line):
+            # not among the slowest (ties stay in line order): counted, as `add_timing` would
+            entry.ranks_timed += 1
+            if entry.fastest_total is None or total < entry.fastest_total:
+                entry.fastest_total = total
+            return
+    add_timing(entry, NcclInitTiming(rank, nranks, match.group("api"), total, dict(phases), thread.host,
+                                     thread.pid, parser._source(lineno, raw)))
 
 
 def add_timing(entry: NcclInitTimings, timing: NcclInitTiming, count: int = 1) -> None:
