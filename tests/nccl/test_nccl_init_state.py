@@ -195,7 +195,7 @@ def test_a_big_file_is_searched_again_only_in_its_tail_with_the_same_line_number
 def test_of_many_ranks_the_three_slowest_are_kept_ties_in_line_order_and_every_rank_counted() -> None:
     # totals in an order where slower lines come after the first three are kept, ties among them, one bad line
     totals = ["1.50", "2.00", "1.50", "3.25", "2.00", "0.75", "3.25", "1.2.3", "2.00", "0.50"]
-    lines = [f"h:1:2 [0] NCCL INFO ncclCommInitRank comm 0x5 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 1000 "
+    lines = ["h:1:2 [0] NCCL INFO ncclCommInitRank comm 0x5 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 1000 "
              "commId 0xab - Init COMPLETE"]
     for rank, total in enumerate(totals):
         lines.append(f"h:1:2 [0] NCCL INFO Init timings - ncclCommInitRank: rank {rank} nranks 16 total {total} "
