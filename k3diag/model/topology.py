@@ -100,6 +100,7 @@ class Gpu:
             "bus_id": self.bus_id,
             "uuid": self.uuid,
             "numa_node": self.numa_node,
+            "gpu_numa_id": self.gpu_numa_id,
             "cpu_affinity": self.cpu_affinity,
             "performance_state": self.performance_state,
             "memory_total_mib": self.memory_total_mib,
