@@ -48,6 +48,10 @@ class Hardware:
     machine: Any = None
     gpu_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # How many GPUs the machine has when its inputs show fewer (`Attached GPUs : 8` above the one block of
+    # `nvidia-smi -q -i 0`): 0 when the inputs show them all. The plan is for the GPUs shown.
+    attached_count: int = 0
+    attached_source: str = ""  # the line that says so, quoted, with where it is
 
     def node_of(self) -> dict[int, int]:
         if self.machine is not None:
@@ -70,6 +74,7 @@ class Hardware:
             "bf16_tflops": self.gpu.bf16_tflops,
             "fabric": self.gpu.fabric.kind,
             "source": self.source,
+            "attached_count": self.attached_count or self.count,
             "notes": list(self.notes),
         }
 
@@ -128,6 +133,7 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
     memory = _check_memory_override(memory_gib, physical, f"each GPU in {source}")
     if spec.note:
         notes.append(spec.note)
+    attached, attached_source = _attached_beyond(machine, len(gpus))
     return Hardware(
         gpu=spec,
         count=len(gpus),
@@ -136,7 +142,19 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
         machine=machine,
         gpu_ids=[g.index for g in gpus],
         notes=notes,
+        attached_count=attached,
+        attached_source=attached_source,
     )
+
+
+def _attached_beyond(machine: Any, shown: int) -> tuple[int, str]:
+    """The machine's GPU count when its inputs say it has more than they show (a filtered `nvidia-smi -q -i 0`
+    under `Attached GPUs : 8`), with the line that says so; (0, "") otherwise."""
+    unseen = machine.unseen_attached_gpus() if hasattr(machine, "unseen_attached_gpus") else 0
+    if not unseen:
+        return 0, ""
+    attached, fact = shown + unseen, machine.identity.gpu_count
+    return attached, fact.source.quoted() if fact.source is not None else ""
 
 
 @dataclass

@@ -66,12 +66,14 @@ def _header(plan: AdvicePlan) -> list[Block]:
     a = m.arch
     weights = sum(s.weights_gib for s in stage_ledgers(m, Layout(1, 1, 1, 1), 1e9, 1, ReserveSettings()))
     nodes = f", {hw.nodes} nodes" if hw.nodes > 1 else ""
+    shown = f" ({hw.count} of {hw.attached_count} attached shown)" if hw.attached_count else ""
     return [
-        Heading(f"{m.name} on {hw.count} x {hw.gpu.name}"),
+        Heading(f"{m.name} on {hw.count} x {hw.gpu.name}{shown}"),
         Text(
             f"Hardware ({hw.source}): {hw.memory_gib:.1f} GiB and {hw.gpu.bandwidth_gbs:g} GB/s per GPU{nodes}; "
             f"GPU-GPU fabric: {hw.gpu.fabric.kind}."
         ),
+    ] + _filtered_inventory(hw) + [
         Text(
             f"Model: {total_params(a) / 1e9:,.1f}B parameters ({active_params(a) / 1e9:,.1f}B active per token), "
             f"{weights:,.1f} GiB ({weights * GIB / 1e9:,.1f} GB) of weights; {_dtype_summary(plan)}; KV cache {m.kv_cache_dtype}. "
@@ -80,6 +82,19 @@ def _header(plan: AdvicePlan) -> list[Block]:
     ] + ([] if plan.training is not None else [
         Text(f"Context asked: {plan.context:,} tokens (model maximum {a.max_context:,}); decode batch {plan.batch}."),
     ])
+
+
+def _filtered_inventory(hw) -> list[Block]:
+    """A filtered `nvidia-smi -q -i 0` of an 8-GPU machine is one GPU's output, not a one-GPU machine: say that
+    the plan is for the GPUs shown and how to plan the whole machine."""
+    if not hw.attached_count:
+        return []
+    where = f" ({hw.attached_source})" if hw.attached_source else ""
+    return [Text(
+        f"These inputs show {counted(hw.count, 'GPU')} of the {hw.attached_count} attached{where}: the output was "
+        f"filtered (`-i`), so this plans for the {counted(hw.count, 'GPU')} shown. For the whole machine give "
+        f"`nvidia-smi -q` without `-i`, or plan it with `--gpu {hw.gpu.id} --count {hw.attached_count}`."
+    )]
 
 
 def _verdict(plan: AdvicePlan) -> list[Block]:

@@ -339,10 +339,11 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
         return Verdict(level, f"{text} ({tally})", None, status, lead_key, missing)
     if gpus == 1 and (recommendation is None or len(recommendation.gpus) < 2):
         head = f"{lead.title}. " if lead is not None else ""
-        attached = _attached_gpus(machine)
+        attached = machine.attached_gpu_count()
         if attached > 1:
             # `nvidia-smi -q -i 0` of an 8-GPU machine: one GPU in the input is not a one-GPU machine
-            where = _quoted_line(machine.identity.gpu_count.source)
+            source = machine.identity.gpu_count.source
+            where = f" ({source.quoted()})" if source is not None and source.text else ""
             return Verdict("faulty" if status == "fail" else "unknown",
                            f"{head}1 of the {attached} attached GPUs is in these inputs{where}: the output was "
                            f"filtered (`-i`), so no TP size can be judged; `nvidia-smi -q` without `-i` and "
@@ -371,20 +372,3 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
     else:
         text = f"{sentence} ({tally})"
     return Verdict(level, text, best_tp, status, lead_key, missing, plan)
-
-
-def _attached_gpus(machine) -> int:
-    """How many GPUs the inputs say the machine has (`Attached GPUs : 8`, a full inventory), 0 if none says."""
-    fact = machine.identity.gpu_count
-    try:
-        return int(fact.value) if fact is not None else 0
-    except ValueError:
-        return 0
-
-
-def _quoted_line(source) -> str:
-    """` (line N of INPUT: `text`)` for a source line, or nothing without one."""
-    if source is None or not getattr(source, "text", ""):
-        return ""
-    where = f"line {source.line} of {source.input}" if source.line is not None else source.input
-    return f" (`{' '.join(source.text.split())}`, {where})"  # the padding of `key : value` columns collapsed

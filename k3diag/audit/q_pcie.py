@@ -143,8 +143,19 @@ def answer_pcie_x16(ctx: AuditContext) -> Answer:
     answer.verdict = verdict
     answer.data = {"gpus": per_gpu, "narrow": narrow, "unknown": unknown}
     answer.evidence = facts.dedupe_refs(refs + ok_refs[:1], limit=10)
-    installed = f"with all {count} GPUs of the bundle installed"
-    if verdict == PASS:
+    unseen = machine.unseen_attached_gpus() if hasattr(machine, "unseen_attached_gpus") else 0
+    if unseen:  # `nvidia-smi -q -i 0`: the other attached GPUs' links are not in the evidence
+        installed = f"{count} of the {count + unseen} attached GPUs are in the evidence"
+    else:
+        installed = f"with all {count} GPUs of the bundle installed" if count > 1 else "the bundle's only GPU"
+    if verdict == PASS and unseen:
+        verdict = answer.verdict = UNKNOWN
+        where = facts.attached_count_quoted(machine)
+        answer.summary = (f"{', '.join(full)} {'runs' if len(full) == 1 else 'run'} at full link width; the other "
+                          f"{counted(unseen, 'attached GPU')} {'is' if unseen == 1 else 'are'} not in the evidence{where}: "
+                          "the output was filtered (`-i`).")
+        answer.request = WIDTH_REQUEST
+    elif verdict == PASS:
         answer.summary = f"Every GPU runs at its full link width ({installed})."
     elif verdict == UNKNOWN:
         answer.summary = (f"{len(full)} of {count} GPUs run at full width; the width of {', '.join(unknown)} "

@@ -67,10 +67,7 @@ def answer_tp2_vs_tp4(ctx: AuditContext) -> Answer:
         verdict=UNKNOWN,
         summary="",
     )
-    gpus = facts.gpus(ctx.machine)
-    if len(gpus) == 1:
-        answer.verdict = PASS
-        answer.summary = "Only one GPU: tensor parallelism does not apply."
+    if facts.only_one_gpu(answer, ctx.machine, "tensor parallelism does not apply"):
         return answer
     shape, why_not = planner_recommendation(ctx)
     measured = _measured_tp_busbw(ctx)

@@ -121,6 +121,19 @@ class Machine:
     def sorted_gpus(self) -> list[Gpu]:
         return [self.gpus[i] for i in sorted(self.gpus)]
 
+    def attached_gpu_count(self) -> int:
+        """How many GPUs the inputs say the machine has (`Attached GPUs : 8`, a full inventory), 0 if none says.
+        More than `len(gpus)` when an output was filtered (`nvidia-smi -q -i 0`): the others are not in the inputs."""
+        fact = self.identity.gpu_count
+        try:
+            return int(fact.value) if fact is not None else 0
+        except ValueError:
+            return 0
+
+    def unseen_attached_gpus(self) -> int:
+        """How many attached GPUs no input shows (0 when the inputs show them all or say nothing of a count)."""
+        return max(0, self.attached_gpu_count() - len(self.gpus))
+
     def gpu_by_bus_id(self, bus_id: str | None) -> Gpu | None:
         if not bus_id:
             return None

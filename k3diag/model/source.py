@@ -31,6 +31,13 @@ class SourceRef:
         where = f"{self.input}:{self.line}" if self.line is not None else self.input
         return f"{where}: {self.text.strip()}"
 
+    def quoted(self) -> str:
+        """`` `Attached GPUs : 8`, line 7 of INPUT ``: the line in a sentence, the padding of `key : value`
+        columns collapsed; empty when the line has no text."""
+        if not self.text:
+            return ""
+        where = f"line {self.line} of {self.input}" if self.line is not None else self.input
+        return f"`{' '.join(self.text.split())}`, {where}"
 
 
 def _filled_ref(input_name: str, line: int | None, text: str) -> SourceRef:
