@@ -100,6 +100,9 @@ class ServingRun:
     requests: int | None = None  # completed requests
     failed: int | None = None
     concurrency: float | None = None  # max concurrent requests the client allowed (None: not limited)
+    # `concurrency` is the average number of requests in flight the tool measured (trtllm-bench's "Number of
+    # concurrent requests"), not the limit the client set: a faster layout drains its queue and shows fewer
+    concurrency_is_average: bool = False
     request_rate: float | None = None  # requests/s the client offered; math.inf for "as fast as possible"
     input_len: float | None = None  # mean prompt tokens per request
     output_len: float | None = None  # mean generated tokens per request
@@ -163,6 +166,7 @@ class ServingRun:
             "failed": self.failed,
             "concurrency": _num(self.concurrency),
             "concurrency_per_replica": _num(self.concurrency_per_replica),
+            "concurrency_is_average": self.concurrency_is_average,
             "request_rate": _rate(self.request_rate),
             "input_len": _num(self.input_len),
             "output_len": _num(self.output_len),

@@ -169,5 +169,5 @@ def test_the_printed_trtllm_bench_report_reaches_k3diag_serving() -> None:
 
     path = Path(__file__).resolve().parents[2] / "fixtures" / "serving" / "trtllm-bench-report-text-llama31-8b-nvidia-blog.txt"
     out = CliRunner().invoke(app, ["serving", str(path)]).stdout
-    assert "TP1     file         concurrency 94.605/replica  86.54  86.54      11,077     11,077         131.4" in out
+    assert "TP1     file         average 94.605 in flight/replica  86.54  86.54      11,077     11,077         131.4" in out
     assert "159.8/226.9/232.4" in out

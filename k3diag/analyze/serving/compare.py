@@ -157,7 +157,8 @@ def model_key(name: str | None) -> str | None:
 def load_key(run: ServingRun) -> tuple[str, float] | None:
     dp = run.layout.dp or 1
     if run.concurrency is not None:
-        return ("concurrency", run.concurrency / dp)
+        # an average in flight is a measurement, not the load the client set: it is matched only with averages
+        return ("in_flight" if run.concurrency_is_average else "concurrency", run.concurrency / dp)
     if run.request_rate is not None and math.isfinite(run.request_rate):
         return ("rate", run.request_rate / dp)
     if run.request_rate is not None and run.requests:
@@ -171,6 +172,8 @@ def load_text(key: tuple[str, float] | None) -> str:
     kind, value = key
     if kind == "concurrency":
         return f"concurrency {value:g} per replica"
+    if kind == "in_flight":
+        return f"average {value:g} in flight per replica"
     requests = "request" if value == 1 else "requests"
     if kind == "rate":
         return f"{value:g} {requests}/s per replica"

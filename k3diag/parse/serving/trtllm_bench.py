@@ -77,6 +77,7 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     concurrency = finite(requests.get("avg_num_concurrent_requests"))
     if concurrency is not None:
         run.concurrency = concurrency
+        run.concurrency_is_average = True
         run.warnings.append(
             f"{input_name}: trtllm-bench records the average number of requests in flight "
             f"({concurrency:g}), not the --concurrency limit; runs are matched on that average"
