@@ -67,8 +67,9 @@ def _header(plan: AdvicePlan) -> list[Block]:
     weights = sum(s.weights_gib for s in stage_ledgers(m, Layout(1, 1, 1, 1), 1e9, 1, ReserveSettings()))
     nodes = f", {hw.nodes} nodes" if hw.nodes > 1 else ""
     shown = f" ({hw.count} of {hw.attached_count} attached shown)" if hw.attached_count else ""
+    floor = "at least " if hw.gpu_list_cut else ""
     return [
-        Heading(f"{m.name} on {hw.count} x {hw.gpu.name}{shown}"),
+        Heading(f"{m.name} on {floor}{hw.count} x {hw.gpu.name}{shown}"),
         Text(
             f"Hardware ({hw.source}): {hw.memory_gib:.1f} GiB and {hw.gpu.bandwidth_gbs:g} GB/s per GPU{nodes}; "
             f"GPU-GPU fabric: {hw.gpu.fabric.kind}."
@@ -87,6 +88,12 @@ def _header(plan: AdvicePlan) -> list[Block]:
 def _filtered_inventory(hw) -> list[Block]:
     """A filtered `nvidia-smi -q -i 0` of an 8-GPU machine is one GPU's output, not a one-GPU machine: say that
     the plan is for the GPUs shown and how to plan the whole machine."""
+    if hw.gpu_list_cut:
+        return [Text(
+            f"The GPU list in these inputs was cut short in the paste ({hw.gpu_list_cut}): the machine has at least "
+            f"{counted(hw.count, 'GPU')}, and this plans for those. For the whole machine give the output uncut, or "
+            f"plan it with `--gpu {hw.gpu.id} --count N`."
+        )]
     if not hw.attached_count:
         return []
     where = f" ({hw.attached_source})" if hw.attached_source else ""

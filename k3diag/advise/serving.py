@@ -61,7 +61,7 @@ def _link_for(machine: Any | None, group: list[int] | None, tp: int):
     try:
         from k3diag.advise.catalog import gpu_catalog
         from k3diag.advise.links import group_link
-        from k3diag.advise.plan import hardware_from_machine
+        from k3diag.advise.hardware import hardware_from_machine
 
         hardware = hardware_from_machine(machine, "the bundle")
         link, _notes = group_link(hardware.gpu, gpu_catalog(), group, hardware.node_of(), machine=machine)
@@ -88,7 +88,8 @@ def _predict(run: ServingRun, machine: Any | None, model_name: str | None, sourc
         return Prediction(label, "unknown", "the layout is not known, so there is no advise layout to compare with",
                           command=command)
     from k3diag.advise.catalog import find_model
-    from k3diag.advise.plan import advise, hardware_from_machine
+    from k3diag.advise.hardware import hardware_from_machine
+    from k3diag.advise.plan import advise
 
     try:
         spec = find_model(name or "")

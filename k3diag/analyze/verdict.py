@@ -301,6 +301,33 @@ def _worst_pair_path(rec: Any, size: int) -> str | None:
     return rec.pairs[pair].path if pair in rec.pairs else None
 
 
+def _partial_inventory(machine: Machine, lead: Finding | None, status: str, tally: str,
+                       lead_key: str | None) -> Verdict | None:
+    """The verdict when the inputs show only some of the machine's GPUs: a filtered `nvidia-smi -q -i 0` under
+    `Attached GPUs : 8`, or a GPU list cut short in the paste (`GPU0  GPU1  GPU2  ...`). A TP size judged on the
+    GPUs shown would be a verdict on a machine nobody has; None when the inputs show them all (as far as they say)."""
+    gpus = len(machine.gpus)
+    unseen = machine.unseen_attached_gpus()
+    if not gpus or not (unseen or machine.gpu_count_is_a_floor()):
+        return None
+    head = f"{lead.title}. " if lead is not None else ""
+    level = "faulty" if status == "fail" else "unknown"
+    if unseen:
+        source = machine.identity.gpu_count.source
+        where = f" ({source.quoted()})" if source is not None and source.text else ""
+        shown = f"{gpus} of the {gpus + unseen} attached GPUs {'is' if gpus == 1 else 'are'}"
+        return Verdict(level, f"{head}{shown} in these inputs{where}: the output was filtered (`-i`), so no TP size "
+                       f"can be judged; `nvidia-smi -q` without `-i` and `{TOPO_COMMAND}` show them all ({tally}).",
+                       None, status, lead_key,
+                       [{"what": ("the other attached GPU" if unseen == 1 else f"the other {unseen} attached GPUs")
+                                 + " and the paths between them", "command": f"nvidia-smi -q; {TOPO_COMMAND}"}])
+    cut = machine.gpu_list_cuts[0]
+    return Verdict(level, f"{head}At least {counted(gpus, 'GPU')}: the GPU list was cut short in the paste "
+                   f"({cut.quoted()}), so the GPUs left out and the paths to them are unknown and no TP size can "
+                   f"be judged; `{TOPO_COMMAND}` in full shows them all ({tally}).", None, status, lead_key,
+                   [{"what": "the GPUs the cut list left out and the paths to them", "command": TOPO_COMMAND}])
+
+
 def _no_inventory(machine: Machine, findings: list[Finding], lead: Finding | None) -> tuple[str, str, list[dict]]:
     seen = [name for name, present in (("NCCL logs", machine.nccl), ("benchmarks", machine.benchmarks),
                                        ("PCIe devices", machine.pci)) if present]
@@ -337,20 +364,11 @@ def decide_verdict(machine: Machine, findings: list[Finding], recommendation: An
                            [{"what": "a GPU", "command": no_gpu.confirm_with or "nvidia-smi -L"}])
         level, text, missing = _no_inventory(machine, findings, lead)
         return Verdict(level, f"{text} ({tally})", None, status, lead_key, missing)
+    partial = _partial_inventory(machine, lead, status, tally, lead_key)
+    if partial is not None:
+        return partial
     if gpus == 1 and (recommendation is None or len(recommendation.gpus) < 2):
         head = f"{lead.title}. " if lead is not None else ""
-        attached = machine.attached_gpu_count()
-        if attached > 1:
-            # `nvidia-smi -q -i 0` of an 8-GPU machine: one GPU in the input is not a one-GPU machine
-            source = machine.identity.gpu_count.source
-            where = f" ({source.quoted()})" if source is not None and source.text else ""
-            return Verdict("faulty" if status == "fail" else "unknown",
-                           f"{head}1 of the {attached} attached GPUs is in these inputs{where}: the output was "
-                           f"filtered (`-i`), so no TP size can be judged; `nvidia-smi -q` without `-i` and "
-                           f"`{TOPO_COMMAND}` show them all ({tally}).", None, status, lead_key,
-                           [{"what": ("the other attached GPU" if attached == 2
-                                      else f"the other {attached - 1} attached GPUs") + " and the paths between them",
-                             "command": f"nvidia-smi -q; {TOPO_COMMAND}"}])
         return Verdict("faulty" if status == "fail" else "usable",
                        f"{head}One GPU: no tensor parallelism possible; run replicas or a model that fits one GPU "
                        f"({tally}).", 1, status, lead_key)

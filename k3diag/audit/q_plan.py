@@ -202,6 +202,7 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
     try:
         from k3diag.advise import plan as plan_module
         from k3diag.advise.catalog import find_model
+        from k3diag.advise.hardware import hardware_from_machine
         from k3diag.advise.memory import memoized_ledgers
     except Exception as exc:
         return None, f"the advise package is not available ({type(exc).__name__}: {exc})"
@@ -210,7 +211,7 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
     except Exception as exc:  # CatalogError names the close matches
         return None, str(exc).rstrip(".")
     try:
-        hardware = plan_module.hardware_from_machine(ctx.machine, ctx.source)
+        hardware = hardware_from_machine(ctx.machine, ctx.source)
         with memoized_ledgers():  # the plan and its JSON ask for the same ledgers
             plan = plan_module.advise(spec, hardware)
             shape = plan.to_json()

@@ -127,7 +127,8 @@ def register(app: typer.Typer) -> None:
 
         from k3diag.advise.catalog import CatalogError, find_model, load_config_file, parse_dtype_overrides, with_overrides
         from k3diag.advise.memory import ReserveSettings
-        from k3diag.advise.plan import AdviceError, NoGpuError, advise, hardware_from_flags, hardware_from_machine
+        from k3diag.advise.hardware import AdviceError, NoGpuError, hardware_from_flags, hardware_from_machine
+        from k3diag.advise.plan import advise
         from k3diag.advise.render import render
         from k3diag.advise.training import OPTIMIZERS, RECOMPUTE_MODES, TrainSettings
 

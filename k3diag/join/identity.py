@@ -76,7 +76,8 @@ def identity_of(machine: Machine, record: InputRecord) -> InputIdentity:
     if vendor is not None and (machine.gpus or machine.benchmarks):
         identity.add_vendor(vendor, _count_source(machine) or _bench_source(machine))
     seen = _gpus_seen(machine, identity)
-    if record.format in FULL_INVENTORY_FORMATS and machine.gpus:
+    # a header cut short (`GPU0  GPU1  GPU2  ...`) lists some of the GPUs: their number is a floor, not a count
+    if record.format in FULL_INVENTORY_FORMATS and machine.gpus and not machine.gpu_list_cuts:
         identity.set_count(len(machine.gpus), _count_source(machine))
     identity.gpus_seen = seen
     return identity

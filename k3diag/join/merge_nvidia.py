@@ -24,6 +24,7 @@ def merge_topo_matrix(result: Any, machine: Machine, record: InputRecord) -> Non
     # `topo -mp` hides NVLink: its paths say nothing about whether an NVLink joins a pair.
     origin = "nvidia-smi-topo-mp" if getattr(result, "pcie_only", None) else "nvidia-smi-topo-matrix"
     _note_numa_spans(result, machine)
+    _note_gpu_list_cut(result, machine)
     for name, row in result.rows.items():
         index = row.gpu_index
         if index is not None:
@@ -56,6 +57,11 @@ def merge_topo_matrix(result: Any, machine: Machine, record: InputRecord) -> Non
     _infer_nic_numa(machine, result)
 
 
+def _note_gpu_list_cut(result: Any, machine: Machine) -> None:
+    if getattr(result, "gpu_list_cut", False) and result.header_source is not None:
+        machine.gpu_list_cuts.append(result.header_source)
+
+
 def _infer_nic_numa(machine: Machine, result: Any) -> None:
     """A NIC on a PIX/PXB/PHB/NODE path to a GPU shares that GPU's NUMA node (the legend says so)."""
     for cell in result.cells:
@@ -70,6 +76,7 @@ def _infer_nic_numa(machine: Machine, result: Any) -> None:
 
 
 def merge_topo_p2p(result: Any, machine: Machine, record: InputRecord) -> None:
+    _note_gpu_list_cut(result, machine)
     for cell in result.cells:
         for name in (cell.src, cell.dst):
             match = _GPU_RE.match(name)

@@ -13,6 +13,7 @@ from k3diag.model.fabric import FabricFacts
 from k3diag.model.host import HostInfo
 from k3diag.model.identity import InputIdentity
 from k3diag.model.pci import PciDevice
+from k3diag.model.source import SourceRef
 from k3diag.model.topology import Gpu, Link, Nic, P2PStatus, endpoint_sort_key, pair_key, path_rank
 
 if TYPE_CHECKING:  # annotations only: a topology alone need not load the NCCL records (start-up counts)
@@ -91,6 +92,9 @@ class Machine:
     inputs: list[InputRecord] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     live: bool = False
+    # Header lines that list the GPUs cut short in the paste (`GPU0  GPU1  GPU2  ...` of a `topo -m` or
+    # `topo -p2p`): the machine has at least the GPUs shown; how many more is unknown.
+    gpu_list_cuts: list[SourceRef] = field(default_factory=list)
     # What the inputs say about which machine this is (union of their keys) and how the report
     # names it when there are several ("machine 2 (node7)").
     identity: InputIdentity = field(default_factory=InputIdentity, repr=False, compare=False)
@@ -129,6 +133,11 @@ class Machine:
             return int(fact.value) if fact is not None else 0
         except ValueError:
             return 0
+
+    def gpu_count_is_a_floor(self) -> bool:
+        """The GPUs in the inputs may not be all the machine has: a GPU list was cut (`...`) and no input gives
+        the machine's count."""
+        return bool(self.gpu_list_cuts) and self.attached_gpu_count() == 0
 
     def unseen_attached_gpus(self) -> int:
         """How many attached GPUs no input shows (0 when the inputs show them all or say nothing of a count)."""

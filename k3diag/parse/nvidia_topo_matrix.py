@@ -102,6 +102,9 @@ class TopoMatrixResult:
     # so or a current legend has no `NV#` line (topo -m always prints it), None when nothing tells.
     pcie_only: bool | None = None
     header_source: SourceRef | None = None
+    # The header lists the GPUs cut short in the paste (`GPU0  GPU1  GPU2  ...`): the machine has at least
+    # these GPUs, and how many more is unknown.
+    gpu_list_cut: bool = False
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -241,6 +244,7 @@ def parse(section: Section, input_name: str) -> TopoMatrixResult:
     result.trailing_labels = header.trailing_labels
     result.header_source = ref(header.line_index)
     if elided_header(lines[header.line_index]):
+        result.gpu_list_cut = True
         result.warnings.append(
             f"line {section.first_line + header.line_index}: the header was cut short in the paste (`...` after "
             f"{header.columns[-1]}); the paths to the columns left out are unknown")

@@ -72,6 +72,9 @@ class TopoP2PResult:
     capability_from: str | None = None  # "command" | "text" | None
     legend: dict[str, str] = field(default_factory=dict)
     header_source: SourceRef | None = None
+    # The header lists the GPUs cut short in the paste (`GPU0  GPU1  GPU2  ...`): the machine has at least
+    # these GPUs, and how many more is unknown.
+    gpu_list_cut: bool = False
     warnings: list[str] = field(default_factory=list)
 
     def status(self, src: str, dst: str) -> str | None:
@@ -149,6 +152,7 @@ def parse(section: Section, input_name: str) -> TopoP2PResult:
             header_index = index
             result.columns = parsed[0] if parsed is not None else ["GPU0"]
             if parsed is not None and elided_header(line):
+                result.gpu_list_cut = True
                 result.warnings.append(
                     f"line {section.first_line + index}: the header was cut short in the paste (`...` after "
                     f"{parsed[0][-1]}); the statuses of the GPUs left out are unknown")

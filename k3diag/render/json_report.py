@@ -45,6 +45,7 @@ def build_report(
             "nics": _nics(machine, gdr),
             "links": [link.to_json() for link in machine.links],
             "p2p": [status.to_json() for status in machine.p2p],
+            "gpu_inventory": _gpu_inventory(machine),
         },
         "fabric": _fabric(machine, gdr),
         "pci": [device.to_json() for device in machine.pci],
@@ -61,6 +62,22 @@ def build_report(
     if serving is not None:
         report["serving"] = serving
     return report
+
+
+def _gpu_inventory(machine: Machine) -> dict:
+    """Whether the GPUs in `gpus` are all the machine has: `complete` true when an input gives the machine's
+    count and every GPU is shown, false when some are not (a filtered `nvidia-smi -q -i 0`, a GPU list cut
+    with `...`), null when no input says how many there are."""
+    shown, attached = len(machine.gpus), machine.attached_gpu_count()
+    complete: bool | None = None
+    if machine.unseen_attached_gpus() or machine.gpu_count_is_a_floor():
+        complete = False
+    elif attached and attached == shown:
+        complete = True
+    count = machine.identity.gpu_count
+    return {"shown": shown, "attached": attached or None, "complete": complete,
+            "attached_source": count.source.to_json() if count is not None and count.source is not None else None,
+            "cut_lists": [source.to_json() for source in machine.gpu_list_cuts]}
 
 
 def _nccl_summary(machine: Machine) -> dict | None:

@@ -89,7 +89,7 @@ def _machine_lines(machine: "Machine", out: Out) -> None:
             if gpu.name:
                 names[gpu.name] = names.get(gpu.name, 0) + 1
         model = ", ".join(f"{n}x {name}" for name, n in names.items())
-        parts.append(counted(len(gpus), "GPU") + (f" ({model})" if model else ""))
+        parts.append(_gpu_count_words(machine, len(gpus)) + (f" ({model})" if model else ""))
         nodes: dict[int, list[int]] = {}
         for gpu in gpus:
             if gpu.numa_node is not None:
@@ -302,3 +302,13 @@ def render_summary_lines(analysis: "Analysis", title: str = "k3diag") -> list[st
 
 
 __all__ = ["MAX_NCCL_RUNS_SHOWN", "make_console", "render", "render_summary_lines"]
+
+
+def _gpu_count_words(machine: "Machine", shown: int) -> str:
+    """`8 GPUs`; `1 of 8 attached GPUs` for a filtered `nvidia-smi -q -i 0`; `at least 3 GPUs (a GPU list was cut)`."""
+    unseen = machine.unseen_attached_gpus()
+    if unseen:
+        return f"{shown} of {shown + unseen} attached GPUs"
+    if machine.gpu_count_is_a_floor():
+        return f"at least {counted(shown, 'GPU')} (a GPU list was cut)"
+    return counted(shown, "GPU")

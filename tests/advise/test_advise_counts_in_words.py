@@ -39,7 +39,7 @@ def test_one_more_layout_is_singular() -> None:
 
 
 def test_gpus_not_in_the_catalog_one_and_several() -> None:
-    from k3diag.advise.plan import hardware_from_machine
+    from k3diag.advise.hardware import hardware_from_machine
     from k3diag.model.machine import Machine
 
     for unknown, said in ((1, "1 GPU not recognized (NVIDIA Mystery 1)"), (2, "2 GPUs not recognized (NVIDIA Mystery 1, ")):

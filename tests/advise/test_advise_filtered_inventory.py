@@ -43,3 +43,13 @@ def test_the_whole_output_and_a_real_one_gpu_machine_say_nothing_of_attached_gpu
     assert report["hardware"]["attached_count"] == 8
     one = runner.invoke(app, ["advise", "-m", "llama-70b", str(FIXTURES / "smi-q-gh200-550-c2c-ats-pcie-x1.txt")]).stdout
     assert " on 1 x " in one.splitlines()[0] and "attached" not in one
+
+
+def test_a_gpu_list_cut_with_dots_is_planned_as_at_least_the_gpus_shown() -> None:
+    cut = FIXTURES / "topo-p2p-n-8x-rtx-pro-6000-580-ns-elided-header.txt"
+    text = runner.invoke(app, ["advise", "-m", "llama-70b", "--gpu", "rtx-pro-6000", str(cut)]).stdout
+    assert text.splitlines()[0] == "Llama-3.1-70B on at least 3 x NVIDIA RTX PRO 6000 Blackwell"
+    assert (f"The GPU list in these inputs was cut short in the paste (`GPU0 GPU1 GPU2 ...`, line 3 of {cut}): the "
+            "machine has at least 3 GPUs, and this plans for those.") in text
+    report = json.loads(runner.invoke(app, ["advise", "-m", "llama-70b", "--gpu", "rtx-pro-6000", str(cut), "--json"]).stdout)
+    assert report["hardware"]["count"] == 3 and report["hardware"]["count_is_a_floor"] is True

@@ -9,7 +9,8 @@ import pytest
 from k3diag.advise.catalog import find_model, parse_dtype_overrides, with_overrides
 from k3diag.advise.layouts import LayoutError, candidate_layouts, make_placement, planner_groups
 from k3diag.advise.memory import Layout
-from k3diag.advise.plan import AdviceError, advise, hardware_from_flags, hardware_from_machine
+from k3diag.advise.hardware import AdviceError, hardware_from_flags, hardware_from_machine
+from k3diag.advise.plan import advise
 from k3diag.model.machine import Machine
 from k3diag.model.topology import Link
 

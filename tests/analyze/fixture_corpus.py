@@ -24,7 +24,8 @@ def _from_paths(*paths: Path) -> Callable[[], Machine]:
 
 def _from_nvml(path: Path) -> Callable[[], Machine]:
     def build() -> Machine:
-        from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml
+        from k3diag.collect.nvml import collect_nvml
+        from k3diag.collect.nvml_fake import FakeNvmlBackend
         from k3diag.join.build import build_machine
 
         return build_machine([collect_nvml(FakeNvmlBackend.from_file(path))])

@@ -7,7 +7,8 @@ from pathlib import Path
 from k3diag.analyze.engine import run_rules
 from k3diag.analyze.finding import Finding
 from k3diag.analyze.rules import topology
-from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml
+from k3diag.collect.nvml import collect_nvml
+from k3diag.collect.nvml_fake import FakeNvmlBackend
 from k3diag.evidence import Evidence
 from k3diag.join.build import build_machine
 from k3diag.model.machine import Machine

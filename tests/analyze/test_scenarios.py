@@ -73,7 +73,8 @@ def test_dual_socket_pcie_box_with_shm_fallback_tells_the_chain() -> None:
 
 
 def test_nvswitch_box_with_one_nvlink_down() -> None:
-    from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml
+    from k3diag.collect.nvml import collect_nvml
+    from k3diag.collect.nvml_fake import FakeNvmlBackend
 
     backend = FakeNvmlBackend.from_file(FIXTURES / "nvml" / "h100-sxm-8x-nvswitch-gpu3-link-down.json")
     analysis = analyze_machine(build_machine([collect_nvml(backend)]))

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from k3diag.cli import app
 from k3diag.collect import nvml
+from k3diag.collect.nvml_fake import FakeNvmlBackend
 from k3diag.collect.live import RDMA_NIC_DRIVERS, _snapshot_has_rdma_nic
 from k3diag.evidence import Evidence
 
@@ -35,7 +36,7 @@ def logged_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_topo_with_nvml_runs_no_nvidia_smi(fixtures_dir: Path, logged_tools: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nvml, "PynvmlBackend", lambda sysfs_root: nvml.FakeNvmlBackend.from_file(READINGS))
+    monkeypatch.setattr(nvml, "PynvmlBackend", lambda sysfs_root: FakeNvmlBackend.from_file(READINGS))
     root = fixtures_dir / "hostroot" / "dual_socket"  # CPUs and NUMA nodes; its PCI devices come from NVML here
     result = CliRunner().invoke(app, ["topo", "--root", str(root), "--json"])
     report = json.loads(result.stdout)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from k3diag.collect import nvml
-from k3diag.collect.nvml import FakeNvmlBackend, NvmlUnavailable, collect_nvml
+from k3diag.collect.nvml import NvmlUnavailable, collect_nvml
+from k3diag.collect.nvml_fake import FakeNvmlBackend
 from k3diag.join.build import build_machine
 
 NVML_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"

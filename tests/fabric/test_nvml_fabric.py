@@ -8,7 +8,8 @@ import json
 import pynvml
 
 from k3diag.analyze.engine import run_rules
-from k3diag.collect.nvml import FakeNvmlBackend, collect_nvml, fabric_info_text
+from k3diag.collect.nvml import collect_nvml, fabric_info_text
+from k3diag.collect.nvml_fake import FakeNvmlBackend
 from k3diag.join.build import build_machine
 from tests.fabric.conftest import FIXTURES
 

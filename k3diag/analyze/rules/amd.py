@@ -14,97 +14,26 @@ from __future__ import annotations
 from typing import Iterable
 
 from k3diag.analyze.finding import Finding, Rule
+from k3diag.analyze.rules.amd_views import (
+    AMD_ORIGINS,
+    amd_links,
+    by_pair,
+    describe_link,
+    distinct_refs,
+    gpu_span,
+    has_amd,
+    xgmi_components,
+)
 from k3diag.model.machine import Machine
 from k3diag.model.source import SourceRef
-from k3diag.model.topology import Link, endpoint_sort_key, gpu_index, pair_key
+from k3diag.model.topology import Link, endpoint_sort_key, pair_key
 from k3diag.model.words import counted
 
-AMD_ORIGINS: tuple[str, ...] = ("amdsmi", "amd-smi-topology", "rocm-smi-showtopo")
 # A pair measured below this fraction of its link class's median is "far below".
 BELOW_CLASS_FRACTION = 0.5
 # A hive counts as a hive (and a PCIE pair in it as a broken link) when at least this share of
 # its pairs report XGMI.
 HIVE_XGMI_SHARE = 0.5
-
-
-# -- shared views -----------------------------------------------------------------------------
-
-
-def amd_links(machine: Machine) -> dict[tuple[str, str], Link]:
-    """One XGMI/PCIE link per GPU pair from AMD sources, the most direct source winning."""
-    chosen: dict[tuple[str, str], Link] = {}
-    for link in machine.links:
-        if link.origin not in AMD_ORIGINS or link.path not in ("XGMI", "PCIE"):
-            continue
-        if gpu_index(link.a) is None or gpu_index(link.b) is None:
-            continue
-        key = link.key()
-        current = chosen.get(key)
-        if current is None or AMD_ORIGINS.index(link.origin) < AMD_ORIGINS.index(current.origin):
-            chosen[key] = link
-    return chosen
-
-
-def xgmi_components(links: dict[tuple[str, str], Link]) -> list[list[str]]:
-    """Groups of GPUs joined by XGMI links (directly or through other GPUs), sorted."""
-    parent: dict[str, str] = {}
-
-    def find(name: str) -> str:
-        parent.setdefault(name, name)
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    for (a, b), link in links.items():
-        find(a)
-        find(b)
-        if link.path == "XGMI":
-            parent[find(a)] = find(b)
-    groups: dict[str, list[str]] = {}
-    for name in parent:
-        groups.setdefault(find(name), []).append(name)
-    ordered = [sorted(group, key=endpoint_sort_key) for group in groups.values()]
-    return sorted(ordered, key=lambda group: endpoint_sort_key(group[0]))
-
-
-def _by_pair(items: Iterable[tuple[tuple[str, str], Link]]) -> list[tuple[tuple[str, str], Link]]:
-    return sorted(items, key=lambda item: (endpoint_sort_key(item[0][0]), endpoint_sort_key(item[0][1])))
-
-
-def _has_amd(machine: Machine) -> bool:
-    return any(gpu.vendor == "AMD" for gpu in machine.gpus.values()) or bool(amd_links(machine))
-
-
-def _span(names: list[str]) -> str:
-    if len(names) > 3:
-        return f"{names[0]}-{names[-1]} ({len(names)} GPUs)" if _contiguous(names) else ", ".join(names)
-    return ", ".join(names)
-
-
-def _contiguous(names: list[str]) -> bool:
-    numbers = [gpu_index(name) for name in names]
-    if any(number is None for number in numbers):
-        return False
-    first = numbers[0] or 0
-    return numbers == list(range(first, first + len(numbers)))
-
-
-def _refs(*refs: SourceRef | None) -> list[SourceRef]:
-    seen: list[SourceRef] = []
-    for ref in refs:
-        if ref is not None and ref not in seen:
-            seen.append(ref)
-    return seen
-
-
-def _describe(link: Link) -> str:
-    extra = []
-    if link.hops is not None:
-        extra.append(f"hops {link.hops}")
-    if link.weight is not None:
-        extra.append(f"weight {link.weight}")
-    return f"{link.path}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 # -- amd-xgmi-link-down -----------------------------------------------------------------------
@@ -129,7 +58,7 @@ def check_xgmi_link_down(machine: Machine, earlier: list[Finding]) -> Iterable[F
         xgmi = [link for link in inside.values() if link.path == "XGMI"]
         if len(xgmi) / max(len(inside), 1) < HIVE_XGMI_SHARE:
             continue
-        for (a, b), link in _by_pair(inside.items()):
+        for (a, b), link in by_pair(inside.items()):
             if link.path != "PCIE":
                 continue
             contrast = next((other for other in xgmi if a in (other.a, other.b) or b in (other.a, other.b)), None)
@@ -139,13 +68,13 @@ def check_xgmi_link_down(machine: Machine, earlier: list[Finding]) -> Iterable[F
                 subjects=[a, b],
                 title=f"XGMI link between {a} and {b} is down: the pair reports PCIE inside an XGMI hive",
                 explanation=(
-                    f"{a} and {b} belong to the XGMI hive {_span(component)} ({len(xgmi)} of {len(inside)} pairs "
-                    f"report XGMI), but {link.origin} reports {_describe(link)} for this pair. Their direct "
+                    f"{a} and {b} belong to the XGMI hive {gpu_span(component)} ({len(xgmi)} of {len(inside)} pairs "
+                    f"report XGMI), but {link.origin} reports {describe_link(link)} for this pair. Their direct "
                     "Infinity Fabric link is down or did not train, so traffic between them crosses PCIe and the "
                     "CPU at a fraction of XGMI bandwidth; every RCCL ring or tree that uses this pair, and so "
                     "every collective of a tensor-parallel group containing both GPUs, slows to that speed."
                 ),
-                evidence=_refs(link.source, contrast.source if contrast else None),
+                evidence=distinct_refs(link.source, contrast.source if contrast else None),
                 remedy=LINK_DOWN_REMEDY.replace("both GPUs", f"both {a} and {b}"),
                 confirm_with="amd-smi xgmi --link-status",
                 data={"hive": component, "xgmi_pairs": len(xgmi), "pairs": len(inside), "origin": link.origin,
@@ -176,7 +105,7 @@ def check_xgmi_hive_incomplete(machine: Machine, earlier: list[Finding]) -> Iter
             id="amd-xgmi-hive-incomplete",
             severity="warn",
             subjects=hive,
-            title=f"The XGMI hive {_span(hive)} is not fully connected ({counted(len(missing), 'pair')} without XGMI)",
+            title=f"The XGMI hive {gpu_span(hive)} is not fully connected ({counted(len(missing), 'pair')} without XGMI)",
             explanation=(
                 f"{len(inside) - len(missing)} of {len(inside)} pairs in this hive report XGMI; "
                 + ", ".join(f"{a}-{b}" for a, b in missing[:8])
@@ -184,7 +113,7 @@ def check_xgmi_hive_incomplete(machine: Machine, earlier: list[Finding]) -> Iter
                 + " do not. On a fully connected baseboard (MI300X/MI325X/MI355X UBB) every pair has its own link; "
                 "collectives over the whole hive run at the speed of the slowest pair."
             ),
-            evidence=_refs(*(inside[key].source for key in missing[:4])),
+            evidence=distinct_refs(*(inside[key].source for key in missing[:4])),
             remedy="See the link-down findings for each pair: `amd-smi xgmi --link-status`, a full power cycle, "
                    "then reseat/RMA. `rocm-smi --showtopo` must show XGMI for every pair of the hive afterwards.",
             causes=causes,
@@ -198,13 +127,13 @@ def check_xgmi_hive_incomplete(machine: Machine, earlier: list[Finding]) -> Iter
             id="amd-xgmi-hive-incomplete",
             severity="warn",
             subjects=loners,
-            title=f"{', '.join(loners)} {'is' if len(loners) == 1 else 'are'} outside the XGMI hive of {_span(big)}",
+            title=f"{', '.join(loners)} {'is' if len(loners) == 1 else 'are'} outside the XGMI hive of {gpu_span(big)}",
             explanation=(
-                f"{_span(big)} are joined by XGMI but {', '.join(loners)} reach every other GPU over PCIe only. "
+                f"{gpu_span(big)} are joined by XGMI but {', '.join(loners)} reach every other GPU over PCIe only. "
                 "Either all of this GPU's XGMI links are down, or it is a different board (a PCIe card next to an "
                 "XGMI hive). A tensor-parallel group that includes it runs at PCIe speed."
             ),
-            evidence=_refs(sample.source if sample else None),
+            evidence=distinct_refs(sample.source if sample else None),
             remedy="Check `amd-smi xgmi --link-status` and `amd-smi metric --xgmi-err` for this GPU; a full power "
                    "cycle retrains the links; if it stays outside the hive, reseat or RMA it. Keep it out of TP "
                    "groups with the hive's GPUs meanwhile.",
@@ -221,11 +150,11 @@ def check_xgmi_hive_incomplete(machine: Machine, earlier: list[Finding]) -> Iter
             title="XGMI hives of different sizes: " + " + ".join(str(len(group)) for group in hives) + " GPUs",
             explanation=(
                 "The GPUs form XGMI hives of unequal size ("
-                + "; ".join(_span(group) for group in hives)
+                + "; ".join(gpu_span(group) for group in hives)
                 + "). Boards come in whole hives (for example 2 x 4 MI100 or 8 MI300X), so an odd split usually "
                 "means links are down between GPUs that should share a hive."
             ),
-            evidence=_refs(*(link.source for link in list(links.values())[:2])),
+            evidence=distinct_refs(*(link.source for link in list(links.values())[:2])),
             remedy="Compare with the platform's documented topology; check `amd-smi xgmi --link-status` on the "
                    "GPUs of the smaller hive and power cycle, then reseat/RMA.",
             confirm_with="amd-smi xgmi --link-status",
@@ -283,12 +212,12 @@ def _p2p_finding(key: tuple[str, str], link: Link | None, origin: str, source: S
         title=f"{a} and {b} cannot access each other's memory (P2P not accessible)",
         explanation=(
             f"{origin} reports peer-to-peer access between {a} and {b} as not available"
-            + (f" although the pair is linked by {_describe(link)}" if link is not None else "")
+            + (f" although the pair is linked by {describe_link(link)}" if link is not None else "")
             + ". RCCL then moves data between them through host memory (SHM) instead of direct GPU copies, "
             "which costs bandwidth and latency on every tensor-parallel all-reduce; vLLM/SGLang custom all-reduce "
             "needs P2P and falls back or fails."
         ),
-        evidence=_refs(source, link.source if link else None),
+        evidence=distinct_refs(source, link.source if link else None),
         remedy=P2P_REMEDY,
         confirm_with="amd-smi topology -a",
         data={"origin": origin, "link": link.path if link else None},
@@ -309,7 +238,7 @@ IOMMU_REMEDY = (
 
 def check_iommu_not_passthrough(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     rccl_refs = _rccl_warnings(machine, 'Missing "iommu=pt"')
-    if not _has_amd(machine) and not rccl_refs:  # RCCL's own warning is AMD evidence enough
+    if not has_amd(machine) and not rccl_refs:  # RCCL's own warning is AMD evidence enough
         return
     host = machine.host
     cmdline = host.kernel_cmdline
@@ -373,7 +302,7 @@ FINE_GRAIN_REMEDY = (
 
 def check_fine_grain_pcie(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     links = amd_links(machine)
-    pcie_only = [key for key, link in _by_pair(links.items()) if link.path == "PCIE"]
+    pcie_only = [key for key, link in by_pair(links.items()) if link.path == "PCIE"]
     if not pcie_only:
         return
     gpus = sorted({name for key in pcie_only for name in key}, key=endpoint_sort_key)
@@ -398,7 +327,7 @@ def check_fine_grain_pcie(machine: Machine, earlier: list[Finding]) -> Iterable[
                 "for PCIe P2P only when HSA_FORCE_FINE_GRAIN_PCIE=1; without it RCCL warns of low performance, "
                 "instability or hangs" + (f" (environment seen: {shown})" if shown else "") + "."
             ),
-            evidence=_refs(*warnings, example.source),
+            evidence=distinct_refs(*warnings, example.source),
             remedy=FINE_GRAIN_REMEDY,
             causes=causes,
             confirm_with="echo $HSA_FORCE_FINE_GRAIN_PCIE",
@@ -414,7 +343,7 @@ def check_fine_grain_pcie(machine: Machine, earlier: list[Finding]) -> Iterable[
             f"GPU pairs {pairs_text} have no XGMI link, so RCCL's peer traffic between them goes over PCIe, where it "
             "needs HSA_FORCE_FINE_GRAIN_PCIE=1. No RCCL log was given to tell whether the job sets it."
         ),
-        evidence=_refs(example.source),
+        evidence=distinct_refs(example.source),
         remedy=FINE_GRAIN_REMEDY,
         causes=causes,
         confirm_with="echo $HSA_FORCE_FINE_GRAIN_PCIE",
@@ -449,7 +378,7 @@ def check_cross_numa(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
         return
     numa = {gpu.label: gpu.numa_node for gpu in machine.gpus.values()}
     crossing = []
-    for key, link in _by_pair(links.items()):
+    for key, link in by_pair(links.items()):
         if link.path != "PCIE":
             continue
         a, b = key
@@ -476,7 +405,7 @@ def check_cross_numa(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
                 "PCIe route crosses the inter-socket fabric, the slowest path a GPU pair can have (often unable to do "
                 "P2P at all). A tensor-parallel group spanning them is limited by it."
             ),
-            evidence=_refs(*(link.source for _, link in crossing[:4])),
+            evidence=distinct_refs(*(link.source for _, link in crossing[:4])),
             remedy="Keep each tensor-parallel group on GPUs of one NUMA node (or one XGMI hive); use "
                    "`rocm-smi --showtopo` (hops 1 = XGMI, 2 = same socket, 3 = across sockets) to choose them, and "
                    "bind each rank's CPU threads and memory to its GPU's node (`numactl --cpunodebind=N --membind=N`).",
@@ -492,14 +421,14 @@ def check_cross_numa(machine: Machine, earlier: list[Finding]) -> Iterable[Findi
                 id="amd-cross-numa",
                 severity="info",
                 subjects=hive,
-                title=f"The XGMI hive {_span(hive)} spans NUMA nodes {', '.join(map(str, nodes))}: "
+                title=f"The XGMI hive {gpu_span(hive)} spans NUMA nodes {', '.join(map(str, nodes))}: "
                       "bind ranks to their GPU's node",
                 explanation=(
                     "GPU-GPU traffic stays on XGMI, but each GPU's host traffic (input batches, KV-cache offload, "
                     "tokenizer and scheduler threads) goes to its own CPU socket. A rank running on the other "
                     "socket pays the inter-socket hop on every host copy."
                 ),
-                evidence=_refs(*(gpu.sources[0] for gpu in machine.sorted_gpus() if gpu.label in hive and gpu.sources)),
+                evidence=distinct_refs(*(gpu.sources[0] for gpu in machine.sorted_gpus() if gpu.label in hive and gpu.sources)),
                 remedy="Bind each rank to its GPU's NUMA node (`numactl --cpunodebind=N --membind=N`, or the "
                        "serving engine's NUMA binding option); `rocm-smi --showtoponuma` lists each GPU's node.",
                 confirm_with="rocm-smi --showtoponuma",
@@ -579,7 +508,7 @@ def check_bandwidth_below_class(machine: Machine, earlier: list[Finding]) -> Ite
                     "link's speed but does not points to a degraded or retrained link, P2P falling back to host "
                     "staging, or a GPU in a low power state during the test."
                 ),
-                evidence=_refs(matrix.source(row_id), link.source if link else None),
+                evidence=distinct_refs(matrix.source(row_id), link.source if link else None),
                 remedy="Re-run `rocm-bandwidth-test -s <src> -d <dst>` for this pair on an idle host; compare the "
                        "pair's link in `rocm-smi --showtopo` and `amd-smi xgmi --link-status`, and its PCIe link "
                        "state (`sudo lspci -vv -s <bdf> | grep LnkSta`).",

@@ -222,7 +222,7 @@ _P2P_MEANING = {
 
 
 def check_p2p_not_supported(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
-    from k3diag.analyze.rules.amd import AMD_ORIGINS
+    from k3diag.analyze.rules.amd_views import AMD_ORIGINS
 
     by_pair: dict[tuple[str, str], list[P2PStatus]] = {}
     for status in machine.p2p:
