@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from k3diag.cli import app
+from tests.nvidia_cuts import first_gpu_blocks
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 FULL = FIXTURES / "smi-q-8xh100-565-multi-gpu-fabric.txt"
@@ -16,12 +17,7 @@ runner = CliRunner()
 
 
 def _first_block(tmp_path: Path) -> Path:
-    """The real 8-GPU output cut before its second GPU block, as `nvidia-smi -q -i 0` prints it."""
-    lines = FULL.read_text().splitlines()
-    second = [i for i, line in enumerate(lines) if line.startswith("GPU 0000")][1]
-    path = tmp_path / "smi-q-i0.txt"
-    path.write_text("\n".join(lines[:second]).rstrip() + "\n")
-    return path
+    return first_gpu_blocks(FULL.name, 1, tmp_path)
 
 
 def test_the_plan_says_it_covers_one_of_the_eight_attached_gpus_and_how_to_plan_them_all(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from k3diag.cli import app
+from tests.nvidia_cuts import first_gpu_blocks
 
 NVIDIA = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 CUT_P2P = NVIDIA / "topo-p2p-n-8x-rtx-pro-6000-580-ns-elided-header.txt"
@@ -35,10 +36,7 @@ def test_a_gpu_list_cut_with_dots_is_at_least_three_gpus_not_a_three_gpu_machine
 
 
 def test_two_gpu_blocks_of_eight_attached_are_two_of_eight(tmp_path: Path) -> None:
-    lines = FULL_Q.read_text().splitlines()
-    third = [i for i, line in enumerate(lines) if line.startswith("GPU 0000")][2]
-    path = tmp_path / "smi-q-i01.txt"
-    path.write_text("\n".join(lines[:third]) + "\n")
+    path = first_gpu_blocks(FULL_Q.name, 2, tmp_path, "smi-q-i01.txt")
     report = _report(path)
     assert report["verdict"]["text"].startswith(
         f"2 of the 8 attached GPUs are in these inputs (`Attached GPUs : 8`, line 7 of {path}): the output was "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from k3diag.cli import app
+from tests.nvidia_cuts import first_gpu_blocks
 
 FULL = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "smi-q-2x3090-560.txt"
 runner = CliRunner()
@@ -16,11 +17,7 @@ runner = CliRunner()
 
 def _one_block(tmp_path: Path) -> Path:
     """The real 2-GPU output cut after its first GPU block, as `nvidia-smi -q -i 0` prints it."""
-    lines = FULL.read_text().splitlines()
-    second = [i for i, line in enumerate(lines) if line.startswith("GPU 0000")][1]
-    path = tmp_path / "smi-q-i0.txt"
-    path.write_text("\n".join(lines[:second]).rstrip() + "\n")
-    return path
+    return first_gpu_blocks(FULL.name, 1, tmp_path)
 
 
 def test_one_gpu_block_of_two_attached_is_not_judged_a_one_gpu_machine(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from k3diag.cli import app
+from tests.nvidia_cuts import first_gpu_blocks
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 runner = CliRunner()
@@ -33,9 +34,8 @@ def _answers(folder: Path) -> dict[str, dict]:
 
 
 def test_one_of_eight_attached_gpus_leaves_the_pair_questions_unknown_with_the_line_quoted(tmp_path: Path) -> None:
-    lines = (FIXTURES / "smi-q-8xh100-565-multi-gpu-fabric.txt").read_text().splitlines()
-    second = [i for i, line in enumerate(lines) if line.startswith("GPU 0000")][1]
-    answers = _answers(_bundle(tmp_path, "\n".join(lines[:second]) + "\n", "nvidia-smi -q -i 0"))
+    cut = first_gpu_blocks("smi-q-8xh100-565-multi-gpu-fabric.txt", 1, tmp_path)
+    answers = _answers(_bundle(tmp_path, cut.read_text(), "nvidia-smi -q -i 0"))
     for key in ("tp2-vs-tp4", "p2p"):
         assert answers[key]["verdict"] == "UNKNOWN", key
         assert answers[key]["summary"].startswith("The evidence holds 1 of the 8 attached GPUs (`Attached GPUs : 8`, "
