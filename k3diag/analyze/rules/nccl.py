@@ -505,8 +505,10 @@ def check_warnings(machine: Machine, earlier: list[Finding]) -> Iterable[Finding
             id="nccl-warnings",
             severity="warn",
             subjects=[_subject_run(run)],
-            title=f"NCCL printed {counted(len(messages), 'distinct warning')}"
-            + (f" and {counted(len(errors), 'error trace')}" if errors else ""),
+            # a trace is not a warning: "1 distinct warning and 1 error trace" said so of one trace alone
+            title="NCCL printed " + " and ".join(
+                part for part in (counted(len(messages) - len(errors), "distinct warning") if len(messages) > len(errors)
+                                  else "", counted(len(errors), "error trace") if errors else "") if part),
             explanation=(
                 f"{_run_label(run)}: {listing}{more}. NCCL WARN lines mark conditions NCCL could work around only "
                 "partly (or not at all); error traces (`file.cc:line -> code`) show where an init or transfer failed."

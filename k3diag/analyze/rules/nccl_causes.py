@@ -1,6 +1,7 @@
 """Root causes an NCCL/RCCL log prints verbatim, each a finding with its remedy instead of one line in
 "NCCL printed N warnings": a container's /dev/shm too small, SHM segments that cannot be attached,
-NVLS asked for but set up on no channel, an unhealthy multi-node NVLink fabric.
+NVLS asked for but set up on no channel, CollNet (SHARP) asked for but given up, an unhealthy multi-node
+NVLink fabric.
 
 `CLAIMED` lists the message texts these rules (and the AMD IOMMU rule) explain, so `nccl-warnings`
 does not list them again; it also drops `Failed to open libibverbs` for a job on one node.
@@ -21,6 +22,10 @@ NCCL_DEBUG_HINT = "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,NET"
 _SHM_FULL = ("No space left on device", "posix_fallocate failed", "failed to extend /dev/shm")
 _SHM_CREATE = "Error while creating shared memory segment"
 _SHM_ATTACH = ("Error while attaching to shared memory segment",)
+# transport.cc: `Cannot initialize CollNet, using point-to-point network instead`
+_COLLNET_FALLBACK = "Cannot initialize CollNet"
+# why, as the network plugin says it: `NET/IB : SHARP coll init error: Cannot create SHARP job(-11)`
+_COLLNET_CAUSES = ("SHARP coll init error", "Cannot create SHARP job")
 
 
 def _messages(machine: Machine) -> list[tuple[NcclRun, NcclMessage]]:
@@ -51,11 +56,25 @@ def is_shm_attach(text: str) -> bool:
 def claimed(message: NcclMessage, run: NcclRun) -> bool:
     """A message a dedicated finding explains (not listed again among the plain warnings)."""
     text = message.text
-    if is_shm_full(text) or is_shm_attach(text) or 'Missing "iommu=pt"' in text:
+    if is_shm_full(text) or is_shm_attach(text) or 'Missing "iommu=pt"' in text or is_collnet_fallback(text):
         return True
     if "Failed to open libibverbs" in text and single_node(run):
         return True
+    # the traces of CollNet's set-up (`transport/coll_net.cc:1358 -> 2`) are the fallback's, when NCCL printed it
+    if message.file and "coll_net" in message.file and any(_COLLNET_FALLBACK in m.text for m in run.messages):
+        return True
     return False
+
+
+def _body(line: str) -> str:
+    """A log line without its `host:pid:tid [dev] NCCL INFO ` header, to quote in a sentence."""
+    head, found, body = line.partition(" NCCL INFO ")
+    return (body if found else line).strip()
+
+
+def is_collnet_fallback(text: str) -> bool:
+    """NCCL gave CollNet up, or the plugin said why."""
+    return _COLLNET_FALLBACK in text or any(cause in text for cause in _COLLNET_CAUSES)
 
 
 def single_node(run: NcclRun) -> bool:
@@ -179,6 +198,45 @@ def check_nvls_no_channels(machine: Machine, earlier: list[Finding]) -> Iterable
         return
 
 
+# -- nccl-collnet-fallback ---------------------------------------------------------------------
+
+
+def check_collnet_fallback(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
+    messages = _messages(machine)
+    fallbacks = [m for _, m in messages if _COLLNET_FALLBACK in m.text]
+    if not fallbacks:
+        return
+    causes = [m for _, m in messages if any(cause in m.text for cause in _COLLNET_CAUSES)]
+    asked = next((run.env_sources.get("NCCL_COLLNET_ENABLE") for run in machine.nccl
+                  if (run.env.get("NCCL_COLLNET_ENABLE") or "").strip() == "1"), None)
+    ranks = sum(m.count for m in fallbacks)
+    because = f" The network plugin says why: `{causes[0].text.strip()}`." if causes else ""
+    yield Finding(
+        id="nccl-collnet-fallback",
+        severity="warn",
+        subjects=sorted({run.comm_id and f"comm:{run.comm_id}" or "nccl" for run, m in messages if m in fallbacks}),
+        title="CollNet (SHARP in-network reduction) could not start: NCCL uses the point-to-point network instead",
+        explanation=(
+            f"The job asks for CollNet (`{_body(asked.text) if asked is not None else 'NCCL_COLLNET_ENABLE=1'}`), "
+            f"and NCCL printed `{fallbacks[0].text.strip()}` "
+            f"{'once' if ranks == 1 else f'{ranks} times'}.{because} Inter-node all-reduce then runs as ring or "
+            "tree over the NICs, without the switch-side reduction that halves the data each node sends, so large "
+            "all-reduces across nodes reach well under what SHARP gives. A SHARP job that cannot be created usually "
+            "means the aggregation manager (sharp_am) on the subnet manager is down or has no resources left for "
+            "this job (`No resource`: trees or quota taken by other jobs), or the HCAs are not SHARP-enabled."
+        ),
+        evidence=_refs(fallbacks, 2) + _refs(causes, 2),
+        remedy=(
+            "Check the SHARP aggregation manager (`systemctl status sharp_am` on the subnet-manager host) and run "
+            "`sharp_hello` from the nodes of the job; free or raise the SHARP quota if it reports `No resource`; "
+            "check the nccl-rdma-sharp-plugins build matches this NCCL. Set `NCCL_COLLNET_ENABLE=0` meanwhile: it "
+            "skips the attempt, which the job is not using anyway."
+        ),
+        confirm_with="sharp_hello; ibv_devinfo | grep -i sharp",
+        data={"fallbacks": ranks, "causes": [m.text.strip() for m in causes[:3]], "asked": asked is not None},
+    )
+
+
 # -- nccl-mnnvl-unhealthy ----------------------------------------------------------------------
 
 
@@ -218,6 +276,8 @@ RULES = (
     Rule("nccl-shm-attach-failed", "warn", "NCCL: shared-memory segments not shared between ranks",
          check_shm_attach_failed, kind="misconfiguration"),
     Rule("nccl-nvls-no-channels", "warn", "NVLS asked for but not set up", check_nvls_no_channels,
+         kind="misconfiguration"),
+    Rule("nccl-collnet-fallback", "warn", "CollNet (SHARP) asked for but not started", check_collnet_fallback,
          kind="misconfiguration"),
     Rule("nccl-mnnvl-unhealthy", "fail", "Multi-node NVLink fabric unhealthy", check_mnnvl_unhealthy, kind="fault"),
 )
