@@ -310,6 +310,24 @@ class NcclNvlsSupport:
 
 
 @dataclass
+class NcclCollNetConnection:
+    """`CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA`: a rank's connection to the in-network reduction
+    (SHARP) of one CollNet channel. NCCL prints it while it sets CollNet up, before it knows whether the set-up
+    succeeds (`Cannot initialize CollNet` says it did not)."""
+
+    channel: int
+    rank: int
+    direction: str  # "send" | "receive"
+    via: str  # as printed: COLLNET/SHARP/1/GDRDMA
+    host: str | None = None
+    source: SourceRef | None = None
+
+    def to_json(self) -> dict:
+        return {"channel": self.channel, "rank": self.rank, "direction": self.direction, "via": self.via,
+                "gdr": self.via.endswith("/GDRDMA"), "host": self.host}
+
+
+@dataclass
 class NcclNet:
     """What NCCL found for the network: plugin, the transport it chose, devices, IB absence."""
 
@@ -390,6 +408,7 @@ class NcclRun:
     dmabuf: list[NcclDmaBuf] = field(default_factory=list)
     mnnvl_health: list[NcclMnnvlHealth] = field(default_factory=list)
     nvls_support: list[NcclNvlsSupport] = field(default_factory=list)
+    collnet: list[NcclCollNetConnection] = field(default_factory=list)
     # where each env value came from: "log" (NCCL's `X set by environment to Y`) or "command-line"
     env_origin: dict[str, str] = field(default_factory=dict)
     # hosts named only on NCCL lines without a rank (Bootstrap, NET/IB, WARN...), with their first line
@@ -447,6 +466,7 @@ class NcclRun:
             "dmabuf": [d.to_json() for d in self.dmabuf],
             "mnnvl_health": [h.to_json() for h in self.mnnvl_health],
             "nvls_support": [n.to_json() for n in self.nvls_support],
+            "collnet": [c.to_json() for c in self.collnet],
             "env_origin": dict(self.env_origin),
             "hosts_unranked": list(self.hosts_unranked),
             "init": self.init.to_json() if self.init else None,

@@ -148,6 +148,10 @@ def _nccl_line(machine: "Machine", out: Out) -> None:
     size = f", up to {ranks} ranks" if ranks else ""
     links = per_kind(totals)
     links = f"connection lines: {links}" if links else "no connection lines in the log"
+    collnet = [c for run in machine.nccl for c in run.collnet]
+    if collnet:  # printed while CollNet is set up, no proof it is used: `nccl-collnet-fallback` says when it is not
+        families = ", ".join(sorted({"/".join(c.via.split("/")[:2]) for c in collnet}))
+        links += f"; CollNet lines from {counted(len({(c.host, c.rank) for c in collnet}), 'rank')} ({families})"
     out.line(f"NCCL: {what}; {counted(len(machine.nccl) + summarized, 'communicator')}{size}; {links}", wrap=True, hang=4)
 
 

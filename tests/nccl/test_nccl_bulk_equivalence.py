@@ -53,6 +53,7 @@ BODIES = [
     "transport/net.cc:{ch} -> 3 [Proxy Thread]",
     "MNNVL busId 0x{bus} cliqueId 0x1 state 3 healthMask 0x{nic}a",
     "NVLS multicast support is not available on dev {dev}",
+    "CollNet {ch:02d}/0 : {rank} [receive] via COLLNET/SHARP/{nic}/GDRDMA",
     "GPU/{bus} :GPU/{bus} (0/5000.0/LOC) NET/0 (3/24.0/PHB)",
     "Pattern 4, crossNic 0, nChannels 16, bw 40.0/40.0, type NVL/PIX, sameChannels 1",
     "DMA-BUF is available on GPU device {dev}",

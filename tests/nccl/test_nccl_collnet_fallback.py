@@ -48,3 +48,13 @@ def test_a_collnet_job_that_hangs_in_init_is_not_called_a_fallback() -> None:
     findings = _findings(HANG)
     assert "nccl-collnet-fallback" not in findings
     assert "nccl-init-incomplete" in findings
+
+
+def test_the_collnet_connection_lines_reach_the_model_and_the_nccl_line() -> None:
+    report = json.loads(CliRunner().invoke(app, ["analyze", str(FALLBACK), "--json"]).stdout)
+    assert sorted((c["host"], c["rank"], c["direction"], c["via"], c["gdr"]) for c in report["nccl"]["collnet"]) == [
+        ("gpu34", 0, "receive", "COLLNET/SHARP/1/GDRDMA", True), ("gpu36", 2, "receive", "COLLNET/SHARP/5/GDRDMA", True),
+        ("gpu40", 4, "receive", "COLLNET/SHARP/0/GDRDMA", True), ("gpu41", 6, "receive", "COLLNET/SHARP/1/GDRDMA", True)]
+    text = CliRunner().invoke(app, ["analyze", str(FALLBACK)]).stdout
+    assert ("NCCL: NCCL 2.23.4+cuda12.4; 1 communicator, up to 8 ranks; connection lines: 6 NET, 4 P2P; CollNet lines "
+            "from 4 ranks (COLLNET/SHARP)") in text

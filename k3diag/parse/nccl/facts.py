@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from k3diag.model.nccl import (
     NcclChannelCounts,
+    NcclCollNetConnection,
     NcclDmaBuf,
     NcclGdr,
     NcclGraph,
@@ -163,6 +164,16 @@ class FactHandlers:
         if key not in self.nvls_support and self._room(self.nvls_support, P.MAX_SMALL_TABLE, "nvls_support", key):
             self.nvls_support[key] = NcclNvlsSupport(available=key[2], gpu=int(key[1]) if key[1].isdigit() else None,
                                                      host=host, source=self._source(lineno, raw))
+
+    def _collnet(self, raw: str, body: str, pre: str, lineno: int) -> None:
+        match = P.COLLNET_RE.match(body)
+        if not match:
+            return
+        host = self._thread(pre).host
+        key = (host, int(match.group("ch")), int(match.group("rank")), match.group("dir"), match.group("via"))
+        if key not in self.collnet and self._room(self.collnet, P.MAX_SMALL_TABLE, "collnet", key):
+            self.collnet[key] = NcclCollNetConnection(channel=key[1], rank=key[2], direction=key[3], via=key[4],
+                                                      host=host, source=self._source(lineno, raw))
 
     def _path(self, raw: str, body: str, pre: str, lineno: int) -> None:
         head = P.PATH_HEAD_RE.match(body)

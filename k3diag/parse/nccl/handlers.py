@@ -289,6 +289,9 @@ class LineHandlers:
         if body.startswith("NVLS multicast support is"):
             self._nvls_support(raw, body, pre, lineno)
             return
+        if first == "C" and body.startswith("CollNet "):
+            self._collnet(raw, body, pre, lineno)
+            return
         if "version" in body and ("NCCL version" in body or "RCCL version" in body):
             self._version(raw, lineno)
             return

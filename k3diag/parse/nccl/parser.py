@@ -45,6 +45,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.channel_counts: dict[tuple, object] = {}
         self.mnnvl_health: dict[tuple, object] = {}
         self.nvls_support: dict[tuple, object] = {}
+        self.collnet: dict[tuple, object] = {}
         self.hosts_seen: dict[str, SourceRef] = {}
         self.net = NcclNet()
         # the line that set `net.network` / `net.plugin` (first wins); joined to `net.sources` at the end
@@ -122,6 +123,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
                 "channel_counts": list(self.channel_counts.values()),
                 "mnnvl_health": list(self.mnnvl_health.values()),
                 "nvls_support": list(self.nvls_support.values()),
+                "collnet": list(self.collnet.values()),
             }
         return self._shared_cache
 

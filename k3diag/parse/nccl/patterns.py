@@ -67,6 +67,7 @@ NOT_KEPT: dict[str, tuple[str, str, str]] = {
     "channel_counts": ("channel-count line", "channel-count lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "mnnvl_health": ("MNNVL health line", "MNNVL health lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "nvls_support": ("NVLS support line", "NVLS support lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
+    "collnet": ("CollNet connection line", "CollNet connection lines", "past the first {MAX_SMALL_TABLE:,} distinct ones"),
     "net_devices": ("network device", "network devices", "past the first {MAX_NET_DEVICES:,} of a kind"),
     "messages": ("NCCL warning or error", "NCCL warnings or errors", "past the first {MAX_MESSAGES:,} distinct ones"),
     "connection_lines": ("connection line", "connection lines", "of ranks connected to more than "
@@ -147,6 +148,8 @@ NET_PLUGIN_LOADED_RE = re.compile(r"NET/Plugin\s*:?\s*(?:Loaded net plugin|Plugi
 # `<n> coll channels, <n> collnet channels, <n> nvls channels, <n> p2p channels, ...` (2.17+)
 CHANNEL_COUNTS_RE = re.compile(r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
                                r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels")
+# `CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA` (2.12+; `CollNet 00 : ...` before the connIndex)
+COLLNET_RE = re.compile(r"^CollNet (?P<ch>\d+)(?:/\d+)? : (?P<rank>\d+) \[(?P<dir>send|receive)\] via (?P<via>\S+)")
 NVLS_SUPPORT_RE = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\S+)")
 # MNNVL: `MNNVL busId 0x... cliqueId 0x... state 3 healthMask 0xaa`
 HEALTH_MASK_RE = re.compile(r"healthMask (?P<mask>0x[0-9a-fA-F]+)")
@@ -166,6 +169,7 @@ INFO_TAGS = frozenset({
     "INFO Tree", "INFO comm", "INFO nccl", "INFO NCCL", "INFO RCCL", "INFO HSA_", "INFO NET/", "INFO Usin",
     "INFO Fail", "INFO GPU ", "INFO GPU/", "INFO NIC/", "INFO P2P ", "INFO Patt", "INFO Conn", "INFO init",
     "INFO ROCr", "INFO Hipr", "INFO MSCC", "INFO MNNV", "INFO DMA-", "INFO NVLS", "INFO [Ran", "INFO Init",
+    "INFO Coll",
 })
 # coll/nvls channel counts start with a number: `16 coll channels, 0 collnet channels, 0 nvls channels`
 COUNT_TAG_NEEDS = " coll channels"

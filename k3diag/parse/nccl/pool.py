@@ -250,7 +250,8 @@ def _merge_facts(a: NcclLogParser, b: NcclLogParser) -> None:
             a.messages[key] = msg
     for table, cap in (("p2p_disabled", P.MAX_P2P_DISABLED), ("gdr", P.MAX_GDR), ("dmabuf", P.MAX_DMABUF),
                        ("graphs", P.MAX_GRAPHS), ("paths", P.MAX_PATHS), ("channel_counts", P.MAX_SMALL_TABLE),
-                       ("mnnvl_health", P.MAX_SMALL_TABLE), ("nvls_support", P.MAX_SMALL_TABLE)):
+                       ("mnnvl_health", P.MAX_SMALL_TABLE), ("nvls_support", P.MAX_SMALL_TABLE),
+                       ("collnet", P.MAX_SMALL_TABLE)):
         mine, theirs = getattr(a, table), getattr(b, table)
         for key, value in theirs.items():
             if key not in mine and a._room(mine, cap, table, key):
