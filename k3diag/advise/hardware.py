@@ -31,13 +31,27 @@ class Hardware:
     machine: Any = None
     gpu_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # How many GPUs the machine has when its inputs show fewer (`Attached GPUs : 8` above the one block of
-    # `nvidia-smi -q -i 0`): 0 when the inputs show them all. The plan is for the GPUs shown.
-    attached_count: int = 0
-    attached_source: str = ""  # the line that says so, quoted, with where it is
-    # The header line of a GPU list cut short in the paste (`GPU0  GPU1  GPU2  ...`), quoted, when no input gives
-    # the machine's count: it has at least `count` GPUs.
-    gpu_list_cut: str = ""
+
+    # What the machine's inputs say of the GPUs they do not show, read from the machine (none from flags). The plan
+    # is for the `count` GPUs shown.
+    @property
+    def attached_count(self) -> int:
+        """The machine's GPU count when its inputs show fewer (`Attached GPUs : 8` above the one block of
+        `nvidia-smi -q -i 0`); 0 when they show them all or say nothing of a count."""
+        machine = self.machine
+        return machine.attached_gpu_count() if machine is not None and machine.unseen_attached_gpus() else 0
+
+    @property
+    def attached_source(self):
+        """The line that gives that count, or None."""
+        return self.machine.attached_count_source() if self.attached_count else None
+
+    @property
+    def gpu_list_cut(self):
+        """The header line of a GPU list cut short in the paste (`GPU0  GPU1  GPU2  ...`) when no input gives the
+        machine's count: it has at least `count` GPUs. None otherwise."""
+        machine = self.machine
+        return machine.gpu_list_cuts[0] if machine is not None and machine.gpu_count_is_a_floor() else None
 
     def node_of(self) -> dict[int, int]:
         if self.machine is not None:
@@ -61,7 +75,7 @@ class Hardware:
             "fabric": self.gpu.fabric.kind,
             "source": self.source,
             "attached_count": self.attached_count or self.count,
-            "count_is_a_floor": bool(self.gpu_list_cut),
+            "count_is_a_floor": self.gpu_list_cut is not None,
             "notes": list(self.notes),
         }
 
@@ -120,7 +134,6 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
     memory = _check_memory_override(memory_gib, physical, f"each GPU in {source}")
     if spec.note:
         notes.append(spec.note)
-    attached, attached_source = _attached_beyond(machine, len(gpus))
     return Hardware(
         gpu=spec,
         count=len(gpus),
@@ -129,18 +142,4 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
         machine=machine,
         gpu_ids=[g.index for g in gpus],
         notes=notes,
-        attached_count=attached,
-        attached_source=attached_source,
-        gpu_list_cut=machine.gpu_list_cuts[0].quoted() if getattr(machine, "gpu_count_is_a_floor", None)
-        and machine.gpu_count_is_a_floor() else "",
     )
-
-
-def _attached_beyond(machine: Any, shown: int) -> tuple[int, str]:
-    """The machine's GPU count when its inputs say it has more than they show (a filtered `nvidia-smi -q -i 0`
-    under `Attached GPUs : 8`), with the line that says so; (0, "") otherwise."""
-    unseen = machine.unseen_attached_gpus() if hasattr(machine, "unseen_attached_gpus") else 0
-    if not unseen:
-        return 0, ""
-    attached, fact = shown + unseen, machine.identity.gpu_count
-    return attached, fact.source.quoted() if fact.source is not None else ""

@@ -11,6 +11,7 @@ from k3diag.advise.architecture import active_params, present_groups, total_para
 from k3diag.advise.memory import GIB, Layout, ReserveSettings, stage_ledgers
 from k3diag.advise.plan import AdvicePlan, LayoutResult
 from k3diag.advise.roofline import weights_read_per_token_bytes
+from k3diag.model.source import quoted_aside
 from k3diag.model.words import counted
 
 TOP_LAYOUTS = 10
@@ -67,7 +68,7 @@ def _header(plan: AdvicePlan) -> list[Block]:
     weights = sum(s.weights_gib for s in stage_ledgers(m, Layout(1, 1, 1, 1), 1e9, 1, ReserveSettings()))
     nodes = f", {hw.nodes} nodes" if hw.nodes > 1 else ""
     shown = f" ({hw.count} of {hw.attached_count} attached shown)" if hw.attached_count else ""
-    floor = "at least " if hw.gpu_list_cut else ""
+    floor = "at least " if hw.gpu_list_cut is not None else ""
     return [
         Heading(f"{m.name} on {floor}{hw.count} x {hw.gpu.name}{shown}"),
         Text(
@@ -86,19 +87,18 @@ def _header(plan: AdvicePlan) -> list[Block]:
 
 
 def _filtered_inventory(hw) -> list[Block]:
-    """A filtered `nvidia-smi -q -i 0` of an 8-GPU machine is one GPU's output, not a one-GPU machine: say that
-    the plan is for the GPUs shown and how to plan the whole machine."""
-    if hw.gpu_list_cut:
+    """A filtered `nvidia-smi -q -i 0` of an 8-GPU machine is one GPU's output, not a one-GPU machine, and a GPU
+    list cut short in the paste is a floor: say that the plan is for the GPUs shown and how to plan them all."""
+    if hw.gpu_list_cut is not None:
         return [Text(
-            f"The GPU list in these inputs was cut short in the paste ({hw.gpu_list_cut}): the machine has at least "
+            f"The GPU list in these inputs was cut short in the paste ({hw.gpu_list_cut.quoted()}): the machine has at least "
             f"{counted(hw.count, 'GPU')}, and this plans for those. For the whole machine give the output uncut, or "
             f"plan it with `--gpu {hw.gpu.id} --count N`."
         )]
     if not hw.attached_count:
         return []
-    where = f" ({hw.attached_source})" if hw.attached_source else ""
     return [Text(
-        f"These inputs show {counted(hw.count, 'GPU')} of the {hw.attached_count} attached{where}: the output was "
+        f"These inputs show {counted(hw.count, 'GPU')} of the {hw.attached_count} attached{quoted_aside(hw.attached_source)}: the output was "
         f"filtered (`-i`), so this plans for the {counted(hw.count, 'GPU')} shown. For the whole machine give "
         f"`nvidia-smi -q` without `-i`, or plan it with `--gpu {hw.gpu.id} --count {hw.attached_count}`."
     )]

@@ -14,6 +14,7 @@ from typing import Any
 from k3diag.analyze.finding import SEVERITY_ORDER, Finding
 from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
 from k3diag.model.machine import Machine
+from k3diag.model.source import quoted_aside
 from k3diag.model.words import counted
 from k3diag.model.topology import nvlink_count
 
@@ -313,10 +314,8 @@ def _partial_inventory(machine: Machine, lead: Finding | None, status: str, tall
     head = f"{lead.title}. " if lead is not None else ""
     level = "faulty" if status == "fail" else "unknown"
     if unseen:
-        source = machine.identity.gpu_count.source
-        where = f" ({source.quoted()})" if source is not None and source.text else ""
-        shown = f"{gpus} of the {gpus + unseen} attached GPUs {'is' if gpus == 1 else 'are'}"
-        return Verdict(level, f"{head}{shown} in these inputs{where}: the output was filtered (`-i`), so no TP size "
+        shown = f"{gpus} of the {machine.attached_gpu_count()} attached GPUs {'is' if gpus == 1 else 'are'}"
+        return Verdict(level, f"{head}{shown} in these inputs{quoted_aside(machine.attached_count_source())}: the output was filtered (`-i`), so no TP size "
                        f"can be judged; `nvidia-smi -q` without `-i` and `{TOPO_COMMAND}` show them all ({tally}).",
                        None, status, lead_key,
                        [{"what": ("the other attached GPU" if unseen == 1 else f"the other {unseen} attached GPUs")

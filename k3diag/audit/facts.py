@@ -13,7 +13,7 @@ import re
 from typing import Any, Iterable
 
 from k3diag.audit.answer import PASS, UNKNOWN
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, quoted_aside
 from k3diag.model.topology import gpu_index, path_rank
 from k3diag.model.words import counted
 
@@ -110,33 +110,29 @@ def gpus(machine: Any) -> list[Any]:
         return []
 
 
-def only_one_gpu(answer: Any, machine: Any, why_it_does_not_apply: str) -> bool:
-    """Settle `answer` when the evidence holds one GPU, and say so (True). One GPU of a machine the evidence says
-    has more (`Attached GPUs : 8` above a filtered `nvidia-smi -q -i 0`) is not a one-GPU machine: the answer
-    is UNKNOWN and asks for the unfiltered outputs, never a PASS for a question that applies to the other GPUs."""
-    if len(gpus(machine)) != 1:
-        return False
-    unseen = machine.unseen_attached_gpus() if hasattr(machine, "unseen_attached_gpus") else 0
-    if not unseen:
-        answer.verdict = PASS
-        answer.summary = f"Only one GPU: {why_it_does_not_apply}."
+def settled_by_gpu_count(answer: Any, machine: Any, why_one_gpu_is_enough: str) -> bool:
+    """Settle a question about the machine's GPU pairs from the GPU count alone, and say so (True).
+
+    When the evidence shows only some of the GPUs the machine says it has (`Attached GPUs : 8` above a filtered
+    `nvidia-smi -q -i 0` or `-i 0,1`), the answer is UNKNOWN and asks for the unfiltered outputs: a PASS judged
+    on the GPUs shown would be a verdict on a machine nobody has. With one GPU in all, the question does not
+    apply (PASS). Otherwise the question is for its own rule (False)."""
+    unseen = machine.unseen_attached_gpus()
+    if unseen:
+        source = machine.attached_count_source()
+        answer.verdict = UNKNOWN
+        answer.summary = (f"The evidence holds {len(gpus(machine))} of the {machine.attached_gpu_count()} attached "
+                          f"GPUs{quoted_aside(source)}: the output was filtered (`-i`), so the other GPUs and the "
+                          "paths between them are not in it.")
+        answer.request = "nvidia-smi -q; nvidia-smi topo -m"
+        if source is not None:
+            answer.evidence.append(source)
         return True
-    fact = machine.identity.gpu_count
-    where = attached_count_quoted(machine)
-    answer.verdict = UNKNOWN
-    answer.summary = (f"The evidence holds 1 of the {unseen + 1} attached GPUs{where}: the output was filtered "
-                      "(`-i`), so the other GPUs and the paths between them are not in it.")
-    answer.request = "nvidia-smi -q; nvidia-smi topo -m"
-    if fact.source is not None:
-        answer.evidence.append(fact.source)
-    return True
-
-
-def attached_count_quoted(machine: Any) -> str:
-    """` (`Attached GPUs : 8`, line 7 of INPUT)`: the line that gives the machine's GPU count, or nothing."""
-    fact = machine.identity.gpu_count
-    source = fact.source if fact is not None else None
-    return f" ({source.quoted()})" if source is not None and source.text else ""
+    if len(gpus(machine)) == 1:
+        answer.verdict = PASS
+        answer.summary = f"Only one GPU: {why_one_gpu_is_enough}."
+        return True
+    return False
 
 
 def gpu_links(machine: Any) -> dict[tuple[str, str], Any]:

@@ -166,7 +166,7 @@ def answer_p2p(ctx: AuditContext) -> Answer:
         verdict=UNKNOWN,
         summary="",
     )
-    if facts.only_one_gpu(answer, machine, "peer-to-peer does not apply"):
+    if facts.settled_by_gpu_count(answer, machine, "peer-to-peer does not apply"):
         return answer
     status_problems, status_refs, checked, by_design, supported = _p2p_status_problems(machine)
     test_problems, test_good, test_refs, has_test = _p2p_test_problems(machine)

@@ -8,6 +8,7 @@ from k3diag.audit import facts
 from k3diag.audit.answer import FAIL, PASS, UNKNOWN, WARN, Answer, worse
 from k3diag.audit.context import AuditContext
 from k3diag.audit.facts import attr
+from k3diag.model.source import quoted_aside
 from k3diag.model.words import counted
 
 WIDTH_REQUEST = (
@@ -143,16 +144,16 @@ def answer_pcie_x16(ctx: AuditContext) -> Answer:
     answer.verdict = verdict
     answer.data = {"gpus": per_gpu, "narrow": narrow, "unknown": unknown}
     answer.evidence = facts.dedupe_refs(refs + ok_refs[:1], limit=10)
-    unseen = machine.unseen_attached_gpus() if hasattr(machine, "unseen_attached_gpus") else 0
+    unseen = machine.unseen_attached_gpus()
     if unseen:  # `nvidia-smi -q -i 0`: the other attached GPUs' links are not in the evidence
         installed = f"{count} of the {count + unseen} attached GPUs are in the evidence"
     else:
         installed = f"with all {count} GPUs of the bundle installed" if count > 1 else "the bundle's only GPU"
     if verdict == PASS and unseen:
         verdict = answer.verdict = UNKNOWN
-        where = facts.attached_count_quoted(machine)
         answer.summary = (f"{', '.join(full)} {'runs' if len(full) == 1 else 'run'} at full link width; the other "
-                          f"{counted(unseen, 'attached GPU')} {'is' if unseen == 1 else 'are'} not in the evidence{where}: "
+                          f"{counted(unseen, 'attached GPU')} {'is' if unseen == 1 else 'are'} not in the evidence"
+                          f"{quoted_aside(machine.attached_count_source())}: "
                           "the output was filtered (`-i`).")
         answer.request = WIDTH_REQUEST
     elif verdict == PASS:

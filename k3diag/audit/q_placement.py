@@ -117,7 +117,7 @@ def answer_path_classes(ctx: AuditContext) -> Answer:
     )
     gpus = facts.gpus(machine)
     links = facts.gpu_links(machine)
-    if not links and facts.only_one_gpu(answer, machine, "there are no GPU pairs"):
+    if facts.settled_by_gpu_count(answer, machine, "there are no GPU pairs"):
         return answer
     if not links:
         answer.summary = "The evidence has no GPU topology matrix."

@@ -67,7 +67,7 @@ def answer_tp2_vs_tp4(ctx: AuditContext) -> Answer:
         verdict=UNKNOWN,
         summary="",
     )
-    if facts.only_one_gpu(answer, ctx.machine, "tensor parallelism does not apply"):
+    if facts.settled_by_gpu_count(answer, ctx.machine, "tensor parallelism does not apply"):
         return answer
     shape, why_not = planner_recommendation(ctx)
     measured = _measured_tp_busbw(ctx)

@@ -67,7 +67,7 @@ def answer_tp2_tp4_measured(ctx: AuditContext) -> Answer:
         summary="",
     )
     runs = list(getattr(ctx.machine, "extras", {}).get(SERVING_RUNS, []) or [])
-    if facts.only_one_gpu(answer, ctx.machine, "there is no TP2 or TP4 to measure"):
+    if facts.settled_by_gpu_count(answer, ctx.machine, "there is no TP2 or TP4 to measure"):
         return answer
     if not runs:
         answer.summary = "No serving benchmark results are in the bundle: TP2 and TP4 were not measured."

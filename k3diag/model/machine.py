@@ -134,6 +134,11 @@ class Machine:
         except ValueError:
             return 0
 
+    def attached_count_source(self) -> SourceRef | None:
+        """The line that gives the machine's GPU count (`Attached GPUs : 8`), None without one."""
+        fact = self.identity.gpu_count
+        return fact.source if fact is not None else None
+
     def gpu_count_is_a_floor(self) -> bool:
         """The GPUs in the inputs may not be all the machine has: a GPU list was cut (`...`) and no input gives
         the machine's count."""

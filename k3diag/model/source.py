@@ -40,6 +40,12 @@ class SourceRef:
         return f"`{' '.join(self.text.split())}`, {where}"
 
 
+def quoted_aside(source: SourceRef | None) -> str:
+    """`` (`Attached GPUs : 8`, line 7 of INPUT)`` to follow a claim in a sentence, or nothing without a line."""
+    text = source.quoted() if source is not None else ""
+    return f" ({text})" if text else ""
+
+
 def _filled_ref(input_name: str, line: int | None, text: str) -> SourceRef:
     """`SourceRef(input_name, line, text)`, the same object in under half the time, for parsers that
     make tens of thousands: a frozen dataclass's `__init__` sets each field through

@@ -74,9 +74,9 @@ def _gpu_inventory(machine: Machine) -> dict:
         complete = False
     elif attached and attached == shown:
         complete = True
-    count = machine.identity.gpu_count
+    source = machine.attached_count_source()
     return {"shown": shown, "attached": attached or None, "complete": complete,
-            "attached_source": count.source.to_json() if count is not None and count.source is not None else None,
+            "attached_source": source.to_json() if source is not None else None,
             "cut_lists": [source.to_json() for source in machine.gpu_list_cuts]}
 
 

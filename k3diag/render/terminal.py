@@ -128,6 +128,16 @@ def _machine_lines(machine: "Machine", out: Out) -> None:
         pci_inventory(machine, out)
 
 
+def _gpu_count_words(machine: "Machine", shown: int) -> str:
+    """`8 GPUs`; `1 of 8 attached GPUs` for a filtered `nvidia-smi -q -i 0`; `at least 3 GPUs (a GPU list was cut)`."""
+    unseen = machine.unseen_attached_gpus()
+    if unseen:
+        return f"{shown} of {shown + unseen} attached GPUs"
+    if machine.gpu_count_is_a_floor():
+        return f"at least {counted(shown, 'GPU')} (a GPU list was cut)"
+    return counted(shown, "GPU")
+
+
 def _nccl_line(machine: "Machine", out: Out) -> None:
     totals: dict[str, int] = {}
     for run in machine.nccl:
@@ -306,13 +316,3 @@ def render_summary_lines(analysis: "Analysis", title: str = "k3diag") -> list[st
 
 
 __all__ = ["MAX_NCCL_RUNS_SHOWN", "make_console", "render", "render_summary_lines"]
-
-
-def _gpu_count_words(machine: "Machine", shown: int) -> str:
-    """`8 GPUs`; `1 of 8 attached GPUs` for a filtered `nvidia-smi -q -i 0`; `at least 3 GPUs (a GPU list was cut)`."""
-    unseen = machine.unseen_attached_gpus()
-    if unseen:
-        return f"{shown} of {shown + unseen} attached GPUs"
-    if machine.gpu_count_is_a_floor():
-        return f"at least {counted(shown, 'GPU')} (a GPU list was cut)"
-    return counted(shown, "GPU")

@@ -55,3 +55,11 @@ def test_a_real_one_gpu_machine_still_passes_as_one_gpu(tmp_path: Path) -> None:
     assert answers["tp2-vs-tp4"]["summary"] == "Only one GPU: tensor parallelism does not apply."
     width = next(a for a in answers.values() if a["question"].startswith("Does every GPU run at PCIe x16"))
     assert "all 1 GPUs" not in width["summary"]
+
+
+def test_two_of_eight_attached_gpus_leave_the_pair_questions_unknown_too(tmp_path: Path) -> None:
+    cut = first_gpu_blocks("smi-q-8xh100-565-multi-gpu-fabric.txt", 2, tmp_path)
+    answers = _answers(_bundle(tmp_path, cut.read_text(), "nvidia-smi -q -i 0,1"))
+    for key in ("tp2-vs-tp4", "p2p"):
+        assert answers[key]["verdict"] == "UNKNOWN", key
+        assert answers[key]["summary"].startswith("The evidence holds 2 of the 8 attached GPUs (`Attached GPUs : 8`"), key

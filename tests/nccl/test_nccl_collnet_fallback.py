@@ -58,3 +58,13 @@ def test_the_collnet_connection_lines_reach_the_model_and_the_nccl_line() -> Non
     text = CliRunner().invoke(app, ["analyze", str(FALLBACK)]).stdout
     assert ("NCCL: NCCL 2.23.4+cuda12.4; 1 communicator, up to 8 ranks; connection lines: 6 NET, 4 P2P; CollNet lines "
             "from 4 ranks (COLLNET/SHARP)") in text
+
+
+def test_a_log_cut_before_the_fallback_keeps_the_plugins_error_among_the_warnings(tmp_path: Path) -> None:
+    lines = FALLBACK.read_text().splitlines()
+    cut = tmp_path / "cut.log"  # the real log up to its first SHARP error, before NCCL says it gave CollNet up
+    cut.write_text("\n".join(lines[:next(i for i, line in enumerate(lines) if "SHARP coll init error" in line) + 1]) + "\n")
+    findings = _findings(cut)
+    assert "nccl-collnet-fallback" not in findings
+    listed = json.dumps(findings["nccl-warnings"]["data"]["messages"])
+    assert "SHARP coll init error: Cannot create SHARP job(-11)" in listed

@@ -485,6 +485,13 @@ def check_gdrdma_not_used(machine: Machine, earlier: list[Finding]) -> Iterable[
 
 
 
+def _warnings_and_traces(warnings: int, traces: int) -> str:
+    """`3 distinct warnings and 1 error trace`; a trace is not a warning, and a count of none is not said."""
+    parts = ([counted(warnings, "distinct warning")] if warnings else []) + \
+        ([counted(traces, "error trace")] if traces else [])
+    return " and ".join(parts)
+
+
 def check_warnings(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
     reported: set[tuple] = set()
     for run in machine.nccl:
@@ -505,10 +512,7 @@ def check_warnings(machine: Machine, earlier: list[Finding]) -> Iterable[Finding
             id="nccl-warnings",
             severity="warn",
             subjects=[_subject_run(run)],
-            # a trace is not a warning: "1 distinct warning and 1 error trace" said so of one trace alone
-            title="NCCL printed " + " and ".join(
-                part for part in (counted(len(messages) - len(errors), "distinct warning") if len(messages) > len(errors)
-                                  else "", counted(len(errors), "error trace") if errors else "") if part),
+            title="NCCL printed " + _warnings_and_traces(len(messages) - len(errors), len(errors)),
             explanation=(
                 f"{_run_label(run)}: {listing}{more}. NCCL WARN lines mark conditions NCCL could work around only "
                 "partly (or not at all); error traces (`file.cc:line -> code`) show where an init or transfer failed."

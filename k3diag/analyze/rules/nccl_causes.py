@@ -56,12 +56,13 @@ def is_shm_attach(text: str) -> bool:
 def claimed(message: NcclMessage, run: NcclRun) -> bool:
     """A message a dedicated finding explains (not listed again among the plain warnings)."""
     text = message.text
-    if is_shm_full(text) or is_shm_attach(text) or 'Missing "iommu=pt"' in text or is_collnet_fallback(text):
+    if is_shm_full(text) or is_shm_attach(text) or 'Missing "iommu=pt"' in text or _COLLNET_FALLBACK in text:
         return True
     if "Failed to open libibverbs" in text and single_node(run):
         return True
-    # the traces of CollNet's set-up (`transport/coll_net.cc:1358 -> 2`) are the fallback's, when NCCL printed it
-    if message.file and "coll_net" in message.file and any(_COLLNET_FALLBACK in m.text for m in run.messages):
+    # the plugin's reason and the traces of CollNet's set-up (`transport/coll_net.cc:1358 -> 2`) are explained by
+    # `nccl-collnet-fallback` only when NCCL printed the fallback; a log cut before it keeps them as warnings
+    if (is_collnet_cause(text) or (message.file and "coll_net" in message.file)) and _collnet_fell_back(run):
         return True
     return False
 
@@ -72,9 +73,13 @@ def _body(line: str) -> str:
     return (body if found else line).strip()
 
 
-def is_collnet_fallback(text: str) -> bool:
-    """NCCL gave CollNet up, or the plugin said why."""
-    return _COLLNET_FALLBACK in text or any(cause in text for cause in _COLLNET_CAUSES)
+def is_collnet_cause(text: str) -> bool:
+    """The network plugin's reason for CollNet not starting (`SHARP coll init error: ...`)."""
+    return any(cause in text for cause in _COLLNET_CAUSES)
+
+
+def _collnet_fell_back(run: NcclRun) -> bool:
+    return any(_COLLNET_FALLBACK in m.text for m in run.messages)
 
 
 def single_node(run: NcclRun) -> bool:
@@ -206,7 +211,7 @@ def check_collnet_fallback(machine: Machine, earlier: list[Finding]) -> Iterable
     fallbacks = [m for _, m in messages if _COLLNET_FALLBACK in m.text]
     if not fallbacks:
         return
-    causes = [m for _, m in messages if any(cause in m.text for cause in _COLLNET_CAUSES)]
+    causes = [m for _, m in messages if is_collnet_cause(m.text)]
     asked = next((run.env_sources.get("NCCL_COLLNET_ENABLE") for run in machine.nccl
                   if (run.env.get("NCCL_COLLNET_ENABLE") or "").strip() == "1"), None)
     ranks = sum(m.count for m in fallbacks)
