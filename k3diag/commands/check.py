@@ -69,7 +69,8 @@ def register(app: typer.Typer) -> None:
         except CheckUsageError as exc:
             usage(str(exc))
             return
-        report["check"] = timing | {"node": name, "format": output_format}
+        # the node as the shape names it (saved evidence: its host name, else its file's name)
+        report["check"] = timing | {"node": (report.get("shape") or {}).get("node") or name, "format": output_format}
         text = render(output_format, report, code, timing)
         if prom_file is not None:
             from k3diag.render.check_formats import render_prom

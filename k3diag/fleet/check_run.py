@@ -136,7 +136,8 @@ def perform_check(request: CheckRequest, step: Any = None, started: float | None
         _name_saved_node(report, request)
     elif request.node:
         report["shape"]["node"] = request.node
-    return {"report": report, "exit_code": code}
+    # the collection's own deadline stopped a command: the run reached its deadline though it answered
+    return {"report": report, "exit_code": code, "deadline_reached": short is not None}
 
 
 def _name_saved_node(report: dict, request: CheckRequest) -> None:
@@ -239,7 +240,8 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
     started = time.monotonic()
     if sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods():
         outcome = perform_check(request, None, started)  # no fork: bounded by the per-command timeouts only
-        return outcome["report"], outcome["exit_code"], _timing(request, started, False, None)
+        return outcome["report"], outcome["exit_code"], _timing(request, started, outcome["deadline_reached"],
+                                                                None)
     context = multiprocessing.get_context("fork")
     parent_conn, child_conn = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(request, child_conn, started), daemon=True)
@@ -266,11 +268,13 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
     elapsed = time.monotonic() - started
     if result is not None and result[0] == "done":
         outcome = json.loads(result[1])
-        return outcome["report"], outcome["exit_code"], _timing(request, started, False, last_step)
+        return outcome["report"], outcome["exit_code"], _timing(request, started, outcome["deadline_reached"],
+                                                                last_step)
     if result is not None and result[0] == "spec":
         raise CheckUsageError(result[1])
     short = None
-    if result is None and elapsed >= request.deadline_s:
+    reached = result is None and elapsed >= request.deadline_s  # not a child that died before it
+    if reached:
         short = f"stopped at the {request.deadline_s:g} s deadline while {_doing(last_step)}"
     if result is not None:
         message = (f"k3diag check failed while {_doing(last_step)} ({result[1]}); run `k3diag collect -o node.tar.gz` "
@@ -289,7 +293,7 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
                    "check `dmesg | grep -i xid` and run `k3diag collect -o node.tar.gz --timeout 60` to see which "
                    "one")
     return (deadline_report(request, message, elapsed, short), EXIT_UNKNOWN,
-            _timing(request, started, result is None, last_step))
+            _timing(request, started, reached, last_step, killed=reached))
 
 
 def _doing(step: str | None) -> str:
@@ -302,9 +306,11 @@ def _doing(step: str | None) -> str:
     return f"collecting {step}"
 
 
-def _timing(request: CheckRequest, started: float, timed_out: bool, step: str | None) -> dict:
+def _timing(request: CheckRequest, started: float, timed_out: bool, step: str | None, killed: bool = False) -> dict:
+    """`timed_out`: the run reached its deadline, whether the collection's deadline stopped a command (the
+    check still answered) or the whole check was stopped (`killed`, its last step in `last_step`)."""
     return {"deadline_s": request.deadline_s, "elapsed_s": round(time.monotonic() - started, 3),
-            "timed_out": timed_out, "last_step": step}
+            "timed_out": timed_out, "killed": killed, "last_step": step}
 
 
 def _kill(process: Any) -> None:

@@ -106,3 +106,33 @@ def test_a_check_cut_during_analysis_says_so_and_does_not_blame_a_hung_tool(monk
     text = json.dumps(report)
     assert "stopped while analysing the evidence, after collection had finished; give a longer --deadline" in text
     assert "collecting analysis" not in text and "dmesg" not in text
+
+
+def test_the_json_check_block_says_the_deadline_was_reached(tmp_path: Path) -> None:
+    # A script that reads `check.timed_out` to find overruns must see this one, whichever layer stopped it:
+    # the collection's deadline (the check still answered, `killed` false) or the kill of the whole check.
+    bin_dir = _hung_tools(tmp_path)
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", str(DEADLINE_S), "--node",
+         "gpu042", "--format", "json"],
+        env=env, capture_output=True, text=True, timeout=90,
+    )
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
+    try:
+        assert result.returncode == 3, result.stderr
+        report = json.loads(result.stdout)
+        block = report["check"]
+        assert block["timed_out"] is True, block
+        assert block["node"] == "gpu042" and block["deadline_s"] == DEADLINE_S
+        assert "deadline" in report["verdict"]["text"]
+        if block["killed"]:
+            assert block["last_step"], block
+        else:
+            assert block["last_step"] == "analysis", block  # it answered after the collection was cut
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

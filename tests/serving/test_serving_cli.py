@@ -127,3 +127,33 @@ def test_a_huge_broken_result_is_read_in_bounded_time(tmp_path: Path) -> None:
     data = json.loads(out)
     assert code == 3 and len(data["layouts"]) == 1
     assert any("cut off" in w for w in data["inputs"][0]["warnings"])
+
+
+def test_a_replica_whose_requests_all_failed_is_left_out_not_ranked_best(tmp_path: Path) -> None:
+    # vLLM writes `completed: 0`, every throughput 0 and 0 ms for every percentile when the server refused
+    # every request: that layout served nothing, and must neither win nor pull down its twin's average.
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(SEED / "results", results)
+    dead = results / "tp2-gpus01.jsonl"
+    lines = []
+    for line in dead.read_text().splitlines():
+        doc = json.loads(line)
+        doc["failed"], doc["completed"] = doc["num_prompts"], 0
+        for key in list(doc):
+            if key.endswith("_ms") or key.endswith("throughput") or key.startswith("total_"):
+                doc[key] = 0.0
+        lines.append(json.dumps(doc))
+    dead.write_text("\n".join(lines) + "\n")
+    code, out, _ = run(str(results), "--from", str(SEED / "bundle"))
+    assert code == 0
+    verdict = next(line for line in out.splitlines() if line.startswith("Verdict: "))
+    assert verdict.startswith("Verdict: TP2 GPUs 2,3 serves the most output tokens/s per GPU"), verdict
+    assert "GPUs 0,1 |" not in verdict and "TP2 GPUs 0,1 " not in verdict and "TPOT 0.0 ms" not in verdict
+    assert f"Left out: TP2 GPUs 0,1 (3 runs in {dead}): every request failed (none completed)" in out
+    best = [line for line in out.splitlines() if line.rstrip().endswith("BEST")]
+    assert best and all(not line.startswith("TP2 GPUs 0,1") for line in best), best
+    latency_rows = [line for line in out.splitlines() if line.startswith("TP2 GPUs 0,1") and "TTFT" not in line
+                    and "file" not in line]
+    assert latency_rows and all("0.0/0.0/0.0" not in line for line in latency_rows), latency_rows

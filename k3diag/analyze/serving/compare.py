@@ -219,6 +219,13 @@ def compare(runs: list[ServingRun], slo: Slo | None = None) -> Comparison:
                                          "or a k3diag-run.toml beside the file)"))
         elif run.output_tok_per_s is None:
             result.excluded.append((run, "it recorded no output throughput"))
+        elif run.failed and not run.requests:
+            # a layout that served nothing must not win, or count in an average of replicas, with its zeros
+            result.excluded.append((run, "every request failed (none completed); fix the server (its log says why) "
+                                         "and measure it again"))
+            continue
+        elif run.output_tok_per_s <= 0:
+            result.excluded.append((run, "it recorded no output tokens (0 tok/s): nothing was served"))
         else:
             candidates.append(run)
         if run.failed and run.requests is not None and run.failed > 0.05 * (run.requests + run.failed):

@@ -360,7 +360,11 @@ def layout_from_name(name: str) -> RunLayout | None:
 
 
 def check_layout(run: ServingRun) -> None:
-    """A GPU list that does not match TP x PP x DP is said, not silently trusted."""
+    """A GPU list that does not match TP x PP x DP is said, not silently trusted; a run that completed no
+    request has no latency (the tools write 0 ms for each percentile of an empty list)."""
+    if run.requests == 0 and run.failed:
+        for metric in ("ttft", "tpot", "itl", "e2el"):
+            setattr(run, metric, Latency(note="no request completed"))
     layout = run.layout
     if layout.tp is None and layout.gpus:
         return
