@@ -120,6 +120,8 @@ def main() -> None:
         sys.stdout = _ClosedOutput()
     elif hasattr(sys.stdout, "fileno"):
         sys.stdout = _ReaderMayLeave(sys.stdout)
+    from k3diag.lifecycle import EXIT_TERMINATED, Terminated, terminate_on_sigterm
+
     with collector_paused(freeze=True):
         from k3diag.cli import app_for
         from k3diag.commands import modules_for_argv
@@ -127,11 +129,15 @@ def main() -> None:
         application = app_for(sys.argv[1:])
     outcome: SystemExit | None = None
     try:
-        application()
+        # `kill PID`, `docker stop`: every clean-up runs (temporary files, forked workers, child commands)
+        with terminate_on_sigterm():
+            application()
     except OutputFailed:
         pass  # said below
     except SystemExit as done:
         outcome = done
+    except Terminated:
+        outcome = SystemExit(EXIT_TERMINATED)
     if OUTPUT_FAILURES:  # whatever the command meant to exit with, what it showed is incomplete
         from k3diag.exit_codes import EXIT_IOERR
 

@@ -13,7 +13,7 @@ waits forever is worse than no collector. So every command:
   kept the pipe open is found through /proc and killed too: a tool that exits while such a
   child holds its stdout keeps the output it printed, and nothing of it is left behind;
 - is killed the same way when the collector is interrupted (Ctrl-C, or SIGTERM turned into
-  `Terminated` by `terminate_on_sigterm`), before the exception goes on.
+  `Terminated` by `k3diag.lifecycle.terminate_on_sigterm`), before the exception goes on.
 
 API for other collectors (`collect`, `check`): make one `Deadline(seconds)` for the whole run and
 pass it as `deadline=` to every `run_command`; `deadline.remaining()` tells what is left, and a
@@ -31,7 +31,6 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
 
 from k3diag.evidence import Evidence
 
@@ -51,29 +50,6 @@ _TIMEOUT_MEANING = {
     "amd-smi": "a hung amdgpu driver or a GPU that stopped responding makes amd-smi hang; check `dmesg | grep -i amdgpu`",
     "lspci": "lspci hangs when reading the config space of a device that stopped responding; check `dmesg` for AER errors",
 }
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived; raised like KeyboardInterrupt so every `finally` (killing children, removing
-    temporary files) runs before the process ends."""
-
-
-@contextlib.contextmanager
-def terminate_on_sigterm() -> Iterator[None]:
-    """While inside, SIGTERM raises `Terminated` in the main thread instead of ending the process
-    on the spot (which would leave child process groups running and temporary files behind)."""
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: nothing to install
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         partial bundle.
         """
         from k3diag.bundle import BundleError, check_output
-        from k3diag.collect.runner import Terminated, terminate_on_sigterm
+        from k3diag.lifecycle import Terminated, terminate_on_sigterm
         from k3diag.exit_codes import EXIT_USAGE
         from k3diag.render.escape import safe_message
 

@@ -181,10 +181,13 @@ def _note_deadline_stops(machine: Any, deadline_s: float) -> str | None:
             else f"stopped at the {deadline_s:g} s deadline: {counted(skipped, 'command')} not run")
 
 
-def _child(request: CheckRequest, conn: Any, started: float) -> None:
-    from k3diag.collect.runner import Terminated, terminate_on_sigterm
+def _child(request: CheckRequest, conn: Any, started: float, parent_pid: int) -> None:
+    from k3diag.lifecycle import Terminated, die_with_parent, terminate_on_sigterm
 
     os.setpgrp()  # the parent kills this group at the deadline, whatever it spawned in it
+    # the parent killed (SIGKILL, or SIGTERM while it could not clean up): the kernel sends this process the
+    # SIGTERM the deadline would, so the commands it started stop with it
+    die_with_parent(parent_pid, signal.SIGTERM)
 
     def step(message: str) -> None:
         try:
@@ -244,23 +247,27 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
                                                                 None)
     context = multiprocessing.get_context("fork")
     parent_conn, child_conn = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(request, child_conn, started), daemon=True)
+    process = context.Process(target=_child, args=(request, child_conn, started, os.getpid()), daemon=True)
     process.start()
     child_conn.close()
     last_step: str | None = None
     result: tuple[str, str] | None = None
-    while result is None:
-        left = request.deadline_s - (time.monotonic() - started)
-        if left <= 0 or not parent_conn.poll(left):
-            break
-        try:
-            kind, payload = parent_conn.recv()
-        except (EOFError, OSError):
-            break
-        if kind == "step":
-            last_step = payload
-            continue
-        result = (kind, payload)
+    try:
+        while result is None:
+            left = request.deadline_s - (time.monotonic() - started)
+            if left <= 0 or not parent_conn.poll(left):
+                break
+            try:
+                kind, payload = parent_conn.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "step":
+                last_step = payload
+                continue
+            result = (kind, payload)
+    except BaseException:  # Ctrl-C or SIGTERM: the child and the commands it started go now, not at their timeout
+        _kill(process)
+        raise
     if result is None:
         _kill(process)
     process.join(timeout=2)

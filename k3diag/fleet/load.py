@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from k3diag.fleet.shape import SHAPE_SCHEMA, shape_from_report
+from k3diag.lifecycle import die_with_parent, stop_workers
 
 # A node report above this size is not a report k3diag wrote (one with 72 GPUs is a few MiB).
 MAX_REPORT_BYTES = 64 * 1024 * 1024
@@ -238,27 +239,39 @@ def iter_shapes(items: list[FleetInput], workers: int | None = None,
                 progress(done, total)
         return
     window = workers * 2
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending: dict[Future, list[FleetInput]] = {}
-        queue = iter(chunks)
-        for chunk in queue:
-            pending[pool.submit(_shapes_of, chunk)] = chunk
-            if len(pending) >= window:
-                break
-        while pending:
-            finished, _ = wait(set(pending), return_when=FIRST_COMPLETED)
-            for future in finished:
-                chunk = pending.pop(future)
-                try:
-                    shapes = future.result()
-                except Exception as exc:  # a worker killed (out of memory, a signal): name its inputs
-                    shapes = [_problem_shape(item, f"{item.path} could not be analyzed: the worker reading it "
-                                                   f"stopped ({type(exc).__name__})") for item in chunk]
-                for shape in shapes:
-                    done += 1
-                    yield _intern(shape)
-                if progress:
-                    progress(done, total)
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending[pool.submit(_shapes_of, nxt)] = nxt
+    # a worker ends with this process, however it ends (SIGTERM, SIGKILL), and at once on Ctrl-C
+    with ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+        try:
+            yield from _pooled_shapes(pool, chunks, window, total, progress)
+        except BaseException:
+            stop_workers(pool)
+            raise
+
+
+def _pooled_shapes(pool: ProcessPoolExecutor, chunks: list[list[FleetInput]], window: int, total: int,
+                   progress: Callable[[int, int], None] | None) -> Iterator[dict]:
+    done = 0
+    pending: dict[Future, list[FleetInput]] = {}
+    queue = iter(chunks)
+    for chunk in queue:
+        pending[pool.submit(_shapes_of, chunk)] = chunk
+        if len(pending) >= window:
+            break
+    while pending:
+        finished, _ = wait(set(pending), return_when=FIRST_COMPLETED)
+        for future in finished:
+            chunk = pending.pop(future)
+            try:
+                shapes = future.result()
+            except Exception:  # a worker killed (out of memory, a signal): name its inputs
+                shapes = [_problem_shape(item, f"{item.path} could not be analyzed: the worker process reading it "
+                                               "ended before it answered (out of memory, or killed by a signal)")
+                          for item in chunk]
+            for shape in shapes:
+                done += 1
+                yield _intern(shape)
+            if progress:
+                progress(done, total)
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending[pool.submit(_shapes_of, nxt)] = nxt

@@ -136,3 +136,37 @@ def test_the_json_check_block_says_the_deadline_was_reached(tmp_path: Path) -> N
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_sigterm_to_the_check_stops_its_child_and_the_hung_tools_at_once(tmp_path: Path) -> None:
+    # A supervisor's terminate() reaches the main process alone; the forked check and the tools it started
+    # went on until their own timeout (20 s) before.
+    bin_dir = _hung_tools(tmp_path)
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", "60", "--timeout", "50",
+         "--node", "gpu042"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids_file = tmp_path / "pids"
+    pids: list[int] = []
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not pids_file.exists():
+            time.sleep(0.05)
+        assert pids_file.exists(), "no fake tool was started"
+        signalled = time.monotonic()
+        process.terminate()
+        _, stderr = process.communicate(timeout=20)
+        took = time.monotonic() - signalled
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert process.returncode == 143, stderr
+        assert "Traceback" not in stderr, stderr
+        assert took < 5, f"took {took:.1f} s"
+        time.sleep(0.5)
+        assert [pid for pid in pids if _alive(pid)] == [], "a hung tool outlived the check"
+    finally:
+        process.kill()
+        for pid in pids or ([int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

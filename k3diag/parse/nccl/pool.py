@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from k3diag.gcpause import collector_paused
+from k3diag.lifecycle import die_with_parent, stop_workers
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl import chunks
 from k3diag.parse.nccl.chunks import whole_line_chunks
@@ -67,11 +68,17 @@ def _run_parts(path: Path, input_name: str, parts: list[tuple[int, int]]) -> lis
         parser = NcclLogParser(input_name)
         _read_range(parser, path, 0, parts[-1][1], 1)
         return [parser]
-    with ProcessPoolExecutor(max_workers=len(parts) - 1, mp_context=context) as pool:
-        futures = [pool.submit(_parse_part, str(path), input_name, start, end, index > 0)
-                   for index, (start, end) in enumerate(parts) if index > 0]
-        first = _parse_part(str(path), input_name, parts[0][0], parts[0][1], False)
-        return [first] + [future.result() for future in futures]
+    # a worker ends with this process, however it ends (SIGTERM, SIGKILL), and at once on Ctrl-C
+    with ProcessPoolExecutor(max_workers=len(parts) - 1, mp_context=context, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
+        try:
+            futures = [pool.submit(_parse_part, str(path), input_name, start, end, index > 0)
+                       for index, (start, end) in enumerate(parts) if index > 0]
+            first = _parse_part(str(path), input_name, parts[0][0], parts[0][1], False)
+            return [first] + [future.result() for future in futures]
+        except BaseException:
+            stop_workers(pool)
+            raise
 
 
 def _parse_part(path: str, input_name: str, start: int, end: int, cut_part: bool) -> NcclLogParser:
