@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -247,10 +248,16 @@ def _walk_folder(folder: Path) -> tuple[list[Evidence], list[InputRecord]]:
                 hidden += 1
                 continue
             path = Path(current) / file_name
-            if path.is_symlink():
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError as exc:  # a folder that may be listed but not entered (read without execute)
+                problems.append(_problem(str(path), f"{path} cannot be read ({exc.strerror or exc}); check the "
+                                                    "permissions of its folder"))
+                continue
+            if stat.S_ISLNK(mode):
                 problems.append(_problem(str(path), f"{path} is a symbolic link and was not followed"))
                 continue
-            if not path.is_file():
+            if not stat.S_ISREG(mode):
                 # Opening a FIFO blocks until someone writes to it: never open what is not a plain file.
                 problems.append(_problem(str(path), f"{path} is not a regular file (a device, socket or pipe) "
                                                     "and was skipped"))

@@ -41,6 +41,13 @@ def discover(paths: Iterable[Path]) -> tuple[list[FleetInput], list[str]]:
     problems: list[str] = []
 
     def visit(path: Path, depth: int, given: bool) -> None:
+        try:
+            visit_one(path, depth, given)
+        except OSError as exc:  # a folder that may be listed but not entered (read without execute)
+            problems.append(f"{path} could not be read ({exc.strerror or exc}); check the permissions of its "
+                            "folder")
+
+    def visit_one(path: Path, depth: int, given: bool) -> None:
         if path.is_symlink() and not given:
             return
         if not path.exists():
