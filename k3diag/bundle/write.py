@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from k3diag import __version__
+from k3diag.filemode import new_file_mode
 from k3diag.bundle.common import EVIDENCE_DIR, MANIFEST_NAME, SCHEMA, BundleError
 from k3diag.evidence import Evidence
 from k3diag.model import json_text
@@ -212,7 +213,7 @@ def _write_archive(out: Path, manifest_bytes: bytes, members: list[tuple[str, Ev
                     _add_dir(archive, f"{top}/{EVIDENCE_DIR}", mtime)
                 for member, item in members:
                     _add_bytes(archive, f"{top}/{member}", _content(item), mtime)
-        os.chmod(temp_name, 0o644)
+        os.chmod(temp_name, new_file_mode())  # mkstemp's 0600 would ignore the umask
         os.replace(temp_name, out)
     except OSError as exc:
         _remove_quietly(temp_name)

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         """
         import sys
 
-        from k3diag.exit_codes import EXIT_FAIL, EXIT_UNKNOWN, EXIT_USAGE
+        from k3diag.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 
         missing = [str(path) for path in paths if not path.exists() and not path.is_symlink()]
         if missing:
@@ -42,20 +42,26 @@ def register(app: typer.Typer) -> None:
         shapes = iter_shapes(items, workers=workers or None)
         report = aggregate(shapes, problems)
         written: list[str] = []
+        from k3diag.render.output import write_text_atomic  # the old summary or the new one, never a cut one
+
+        target = None
         try:
             if md is not None:
                 from k3diag.fleet.render_text import render_markdown
 
-                md.write_text(render_markdown(report), encoding="utf-8")
+                target = md
+                write_text_atomic(md, render_markdown(report))
                 written.append(str(md))
             if html is not None:
                 from k3diag.fleet.render_html import render_html
 
-                html.write_text(render_html(report), encoding="utf-8")
+                target = html
+                write_text_atomic(html, render_html(report))
                 written.append(str(html))
         except OSError as exc:
-            typer.echo(f"k3diag fleet: could not write the summary ({exc.strerror or exc}); check the path", err=True)
-            raise typer.Exit(EXIT_FAIL) from None
+            # 64, as audit and serving: the fleet's verdict (0-3) was not what failed
+            typer.echo(f"k3diag fleet: could not write {target} ({exc.strerror or exc}); check the path", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         if as_json:
             from k3diag.model import json_text
 

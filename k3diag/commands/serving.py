@@ -85,10 +85,11 @@ def register(app: typer.Typer) -> None:
                               estimate=estimate_allreduce, predictor=predict_layouts)
         written = None
         if html is not None:
+            from k3diag.render.output import write_text_atomic
             from k3diag.render.serving_html import render_html
 
             try:
-                html.write_text(render_html(report), encoding="utf-8")
+                write_text_atomic(html, render_html(report))  # the old page or the new one, never a cut one
             except OSError as exc:
                 _fail(f"could not write {html} ({exc.strerror or exc}); check the path.")
             written = str(html)
