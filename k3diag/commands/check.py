@@ -72,6 +72,12 @@ def register(app: typer.Typer) -> None:
         # the node as the shape names it (saved evidence: its host name, else its file's name)
         report["check"] = timing | {"node": (report.get("shape") or {}).get("node") or name, "format": output_format}
         text = render(output_format, report, code, timing)
+        if output_format in ("text", "nagios", "npd", "nhc"):
+            # a node name or evidence line from saved files (`--from`) reaches a monitoring status line:
+            # its control characters are shown escaped (JSON escapes them itself, Prometheus labels are quoted)
+            from k3diag.render.escape import escape_terminal
+
+            text = escape_terminal(text, multiline=True)
         if prom_file is not None:
             from k3diag.render.check_formats import render_prom
 

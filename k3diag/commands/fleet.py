@@ -42,6 +42,9 @@ def register(app: typer.Typer) -> None:
         shapes = iter_shapes(items, workers=workers or None)
         report = aggregate(shapes, problems)
         written: list[str] = []
+        # node names, board names and evidence lines come from other machines' files: no control character
+        # of theirs reaches a terminal, a Markdown viewer or a page (`\x1b` is shown instead)
+        from k3diag.render.escape import escape_terminal
         from k3diag.render.output import write_text_atomic  # the old summary or the new one, never a cut one
 
         target = None
@@ -50,13 +53,13 @@ def register(app: typer.Typer) -> None:
                 from k3diag.fleet.render_text import render_markdown
 
                 target = md
-                write_text_atomic(md, render_markdown(report))
+                write_text_atomic(md, escape_terminal(render_markdown(report), multiline=True))
                 written.append(str(md))
             if html is not None:
                 from k3diag.fleet.render_html import render_html
 
                 target = html
-                write_text_atomic(html, render_html(report))
+                write_text_atomic(html, escape_terminal(render_html(report), multiline=True))
                 written.append(str(html))
         except OSError as exc:
             # 64, as audit and serving: the fleet's verdict (0-3) was not what failed
@@ -69,7 +72,7 @@ def register(app: typer.Typer) -> None:
         else:
             from k3diag.fleet.render_text import render_text
 
-            sys.stdout.write(render_text(report))
+            sys.stdout.write(escape_terminal(render_text(report), multiline=True))
         for path in written:
             typer.echo(f"wrote {path}", err=True)
         if report["totals"]["nodes"] == 0:

@@ -85,11 +85,13 @@ def register(app: typer.Typer) -> None:
                               estimate=estimate_allreduce, predictor=predict_layouts)
         written = None
         if html is not None:
+            from k3diag.render.escape import escape_terminal
             from k3diag.render.output import write_text_atomic
             from k3diag.render.serving_html import render_html
 
             try:
-                write_text_atomic(html, render_html(report))  # the old page or the new one, never a cut one
+                # the old page or the new one, never a cut one; model names from result files shown, not obeyed
+                write_text_atomic(html, escape_terminal(render_html(report), multiline=True))
             except OSError as exc:
                 _fail(f"could not write {html} ({exc.strerror or exc}); check the path.")
             written = str(html)
@@ -100,9 +102,10 @@ def register(app: typer.Typer) -> None:
 
             render_terminal(report, sys.stdout)
         else:
+            from k3diag.render.escape import escape_terminal
             from k3diag.render.serving_text import render_plain
 
-            sys.stdout.write(render_plain(report))
+            sys.stdout.write(escape_terminal(render_plain(report), multiline=True))
         if written:
             typer.echo(f"wrote {written}", err=True)
         if not report.runs:
