@@ -12,9 +12,12 @@ class _ReaderMayLeave:
     instead, as a pipe reader that left would want, and the command ends with the exit code of its verdict.
     """
 
-    def __init__(self, stream, text: bool = True) -> None:
+    def __init__(self, stream, text: bool = True, diagnostics: bool = False) -> None:
         self._stream = stream
         self._text = text
+        # standard error: progress and messages, never the result. A failure to write them (`2>&1 | head -1`,
+        # `2>/dev/full`) must not end the command (collect wrote no bundle, exit 1) nor change its exit code
+        self._diagnostics = diagnostics
 
     def write(self, data):
         try:
@@ -24,6 +27,7 @@ class _ReaderMayLeave:
             return len(data)
         except OSError as exc:
             self._failed(exc)
+            return len(data)
 
     def flush(self) -> None:
         try:
@@ -34,6 +38,9 @@ class _ReaderMayLeave:
             self._failed(exc)
 
     def _failed(self, error: OSError) -> None:
+        if self._diagnostics:
+            self._reader_left()
+            return
         # Kept for `main` to say, even where a library swallows the exception: click probes a stream with
         # `write("")` inside `except Exception`, and `k3diag --help >/dev/full` then exited 0 with nothing out.
         # What is still buffered goes nowhere, so it does not fail again at exit.
@@ -44,7 +51,8 @@ class _ReaderMayLeave:
     @property
     def buffer(self):
         # The audit writes its JSON as bytes through the text stream's buffer.
-        return _ReaderMayLeave(self._stream.buffer, text=False) if self._text else self._stream.buffer
+        return _ReaderMayLeave(self._stream.buffer, text=False, diagnostics=self._diagnostics) if self._text \
+            else self._stream.buffer
 
     def _reader_left(self) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -120,6 +128,8 @@ def main() -> None:
         sys.stdout = _ClosedOutput()
     elif hasattr(sys.stdout, "fileno"):
         sys.stdout = _ReaderMayLeave(sys.stdout)
+    if sys.stderr is not None and hasattr(sys.stderr, "fileno"):
+        sys.stderr = _ReaderMayLeave(sys.stderr, diagnostics=True)
     from k3diag.lifecycle import EXIT_TERMINATED, Terminated, terminate_on_sigterm
 
     with collector_paused(freeze=True):

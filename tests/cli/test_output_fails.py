@@ -66,3 +66,37 @@ def test_help_on_a_full_disk_is_not_lost_silently(args: list[str]) -> None:
     assert done.returncode == 74
     assert "could not write to standard output (No space left on device)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _with_stderr_gone(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """`k3diag ... 2>&1 | head -1` after head left: standard error is a pipe nobody reads."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "k3diag", *args], stdout=subprocess.PIPE, stderr=write_end,
+                              text=True, timeout=300, cwd=tmp_path, env=ENV)
+    finally:
+        os.close(write_end)
+
+
+def test_a_reader_that_left_standard_error_changes_no_exit_code(tmp_path: Path) -> None:
+    # a message on standard error cannot be shown: the exit code still says what happened (was 1)
+    assert _with_stderr_gone(["analyze", str(tmp_path / "missing.txt")], tmp_path).returncode == 64
+    assert _with_stderr_gone(["no-such-command"], tmp_path).returncode == 64
+    done = _with_stderr_gone(["analyze", str(TOPO)], tmp_path)
+    assert done.returncode == 0 and "Verdict [OK]" in done.stdout
+
+
+def test_collect_still_writes_its_bundle_when_nobody_reads_its_progress(tmp_path: Path) -> None:
+    # `k3diag collect -o b.tar.gz 2>&1 | head -1` wrote no bundle and exited 1 at the first progress line
+    done = _with_stderr_gone(["collect", "-o", str(tmp_path / "b.tar.gz")], tmp_path)
+    assert done.returncode == 0
+    assert (tmp_path / "b.tar.gz").stat().st_size > 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_full_standard_error_changes_no_exit_code(tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "k3diag", "analyze", str(tmp_path / "missing.txt")],
+                              stdout=subprocess.PIPE, stderr=full, text=True, timeout=300, env=ENV)
+    assert done.returncode == 64
