@@ -127,7 +127,7 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
         if unknown:
             notes.append(f"{counted(len(unknown), 'GPU')} not recognized ({', '.join(sorted(set(unknown)))}); "
                          f"counted as {spec.name}.")
-    reported = [g.memory_total_mib for g in gpus if g.memory_total_mib]
+    reported = [g.memory_total_mib for g in gpus if g.memory_total_mib and g.memory_total_mib > 0]  # a size, not a sentinel
     physical = min(reported) / 1024 if reported else spec.memory_gib
     if reported:
         notes.append(f"memory per GPU as {source} reports it: {physical:.1f} GiB.")

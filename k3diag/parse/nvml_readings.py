@@ -160,6 +160,7 @@ def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:
         result.warnings.append("a device reading without an index was skipped")
         return None
     index = _int(raw["index"])
+    _say_bad_counts(raw, index, result)
     pcie = raw.get("pcie") if isinstance(raw.get("pcie"), dict) else {}
     links = raw.get("nvlinks") if isinstance(raw.get("nvlinks"), list) else []
     device = NvmlDevice(
@@ -170,13 +171,13 @@ def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:
         numa_node=_int(raw.get("numa_node")),
         gpu_numa_id=_int(raw.get("gpu_numa_id")),
         cpu_affinity=_str(raw.get("cpu_affinity")),
-        gen_current=_int(pcie.get("gen_current")),
-        gen_max=_int(pcie.get("gen_max")),
+        gen_current=_count(pcie.get("gen_current")),
+        gen_max=_count(pcie.get("gen_max")),
         gen_device_max=_int(pcie.get("gen_device_max")),
-        width_current=_int(pcie.get("width_current")),
-        width_max=_int(pcie.get("width_max")),
+        width_current=_count(pcie.get("width_current")),
+        width_max=_count(pcie.get("width_max")),
         performance_state=_str(raw.get("performance_state")),
-        memory_total_mib=_int(raw.get("memory_total_mib")),
+        memory_total_mib=_positive(raw.get("memory_total_mib")),
         nvlinks_active=sum(1 for link in links if isinstance(link, dict) and link.get("active")) if links else None,
         nvlinks_total=len(links) if links else None,
     )
@@ -190,6 +191,34 @@ def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:
         f"nvmlDeviceGetPerformanceState={device.performance_state}"
     )
     return device
+
+
+# Readings NVML gives as counts or sizes: a value of another type, or out of range, is not a reading (a
+# hand-edited or damaged file) and is said, not used (a GPU of -5 MiB made advise plan for -0.0 GiB)
+_POSITIVE_KEYS = ("memory_total_mib",)
+_COUNT_KEYS = (("pcie", "gen_current"), ("pcie", "gen_max"), ("pcie", "width_current"), ("pcie", "width_max"))
+
+
+def _say_bad_counts(raw: dict, index: int | None, result: NvmlReadingsResult) -> None:
+    for key in _POSITIVE_KEYS:
+        value = raw.get(key)
+        if value is not None and _positive(value) is None:
+            result.warnings.append(f"GPU{index}: {key} is {value!r}, not a size in MiB; ignored")
+    for group, key in _COUNT_KEYS:
+        block = raw.get(group)
+        value = block.get(key) if isinstance(block, dict) else None
+        if value is not None and _count(value) is None:  # 0 stays: a link NVML reads as down
+            result.warnings.append(f"GPU{index}: {group}.{key} is {value!r}, not a count; ignored")
+
+
+def _positive(value: Any) -> int | None:
+    number = _int(value)
+    return number if number is not None and number > 0 else None
+
+
+def _count(value: Any) -> int | None:
+    number = _int(value)
+    return number if number is not None and number >= 0 else None
 
 
 def _list(value: Any, name: str, result: NvmlReadingsResult) -> list:

@@ -15,6 +15,7 @@ from k3diag.commands.advise import parse_context
 
 runner = CliRunner()
 NVIDIA_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
+H100_BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "good-8x-h100-nvlink"
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -238,3 +239,21 @@ def test_json_is_strict_json_a_one_gpu_dimension_has_null_bandwidth():
     tp8 = by_label(data, "TP8")
     assert tp8["links"]["ep"]["class"] == "none" and tp8["links"]["ep"]["bandwidth_gbs"] is None
     assert tp8["links"]["tp"]["bandwidth_gbs"] > 0
+
+
+def test_a_negative_memory_reading_never_becomes_the_gpu_size(tmp_path) -> None:
+    # nvml-readings.json with GPU0 at -5 MiB (a damaged file): advise planned for "-0.0 GiB" per GPU and
+    # said nothing loads; the reading is ignored and the others' size is used
+    import shutil
+
+    bundle = tmp_path / "node"
+    shutil.copytree(H100_BUNDLE, bundle)
+    readings = bundle / "evidence" / "nvml-readings.json"
+    document = json.loads(readings.read_text())
+    sizes = {d["memory_total_mib"] for d in document["devices"]}
+    document["devices"][0]["memory_total_mib"] = -5
+    readings.write_text(json.dumps(document))
+    code, out, _ = run("--model", "llama-70b", "--from", str(bundle))
+    assert code == 0 and "-0.0 GiB" not in out
+    hardware = next(line for line in out.splitlines() if line.startswith("Hardware"))
+    assert f"{min(sizes) / 1024:.1f} GiB" in hardware, hardware

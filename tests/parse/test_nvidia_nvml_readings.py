@@ -54,3 +54,21 @@ _JSON = st.recursive(
 @given(st.dictionaries(st.sampled_from(["schema", "error", "devices", "links", "p2p", "driver_version", "cuda_driver_version"]), _JSON, max_size=7))
 def test_random_documents_never_raise(document: dict) -> None:
     nvml_readings.parse(Section(json.dumps(document), 1), "fuzz.json")
+
+
+def test_a_negative_or_non_numeric_reading_is_said_and_not_used() -> None:
+    # a damaged or hand-edited file: GPU0 of -5 MiB made advise plan for "-0.0 GiB per GPU"
+    document = json.loads((NVML / "h100-sxm-8x-nvswitch-gpu3-link-down.json").read_text())
+    document["devices"][0]["memory_total_mib"] = -5
+    document["devices"][1]["memory_total_mib"] = "eighty"
+    document["devices"][2]["pcie"]["width_current"] = -16
+    document["devices"][3]["pcie"]["width_current"] = 0  # NVML's reading of a link that is down: kept
+    result = nvml_readings.parse(Section(json.dumps(document), 1), "r.json")
+    assert result.devices[0].memory_total_mib is None and result.devices[1].memory_total_mib is None
+    assert result.devices[2].width_current is None and result.devices[3].width_current == 0
+    assert result.devices[4].memory_total_mib == document["devices"][4]["memory_total_mib"]
+    assert result.warnings == [
+        "GPU0: memory_total_mib is -5, not a size in MiB; ignored",
+        "GPU1: memory_total_mib is 'eighty', not a size in MiB; ignored",
+        "GPU2: pcie.width_current is -16, not a count; ignored",
+    ]
