@@ -116,6 +116,13 @@ def hardware_from_machine(machine: Any, source: str, memory_gib: float | None = 
                 unknown.append(g.name or f"GPU{g.index} (no name reported)")
             else:
                 seen[match.id] = match
+        if not seen and not any(g.name for g in gpus):
+            # `nvidia-smi topo -m` and lspci name no GPU model: the catalog entry is unknown, not missing
+            raise AdviceError(
+                f"no input in {source} names the GPUs' model ({counted(len(gpus), 'GPU')} seen, none named), so "
+                "their memory and bandwidth are not known; add `nvidia-smi -q` or `nvidia-smi --query-gpu=name,"
+                "memory.total --format=csv` to the inputs, or pass --gpu NAME."
+            )
         if not seen:
             names = sorted(set(unknown))
             raise AdviceError(

@@ -202,7 +202,7 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
     try:
         from k3diag.advise import plan as plan_module
         from k3diag.advise.catalog import find_model
-        from k3diag.advise.hardware import hardware_from_machine
+        from k3diag.advise.hardware import AdviceError, hardware_from_machine
         from k3diag.advise.memory import memoized_ledgers
     except Exception as exc:
         return None, f"the advise package is not available ({type(exc).__name__}: {exc})"
@@ -215,7 +215,11 @@ def _call_advise(ctx: AuditContext) -> tuple[dict | None, str | None]:
         with memoized_ledgers():  # the plan and its JSON ask for the same ledgers
             plan = plan_module.advise(spec, hardware)
             shape = plan.to_json()
-    except Exception as exc:  # AdviceError says what is missing (no GPUs, GPU not in the catalog)
+    except Exception as exc:
+        # AdviceError is a sentence for the user (no GPUs, GPU not in the catalog); anything else is a fault
+        # of k3diag, named so it can be reported
+        if isinstance(exc, AdviceError):
+            return None, f"advise could not plan: {str(exc).rstrip('.')}"
         return None, f"advise could not plan ({type(exc).__name__}: {exc})"
     if not isinstance(shape, dict):
         return None, "advise returned nothing usable"

@@ -163,6 +163,9 @@ def shape_of_report(path: str) -> dict | list[dict]:
                                     "json` output")
     except json.JSONDecodeError as exc:
         return _problem_shape(item, f"{path} is not JSON ({exc}); give bundles or `k3diag check --format json` output")
+    except RecursionError:  # `[[[[...` nested deeper than the decoder goes: no report k3diag writes
+        return _problem_shape(item, f"{path} nests its JSON deeper than a k3diag report does; give bundles or "
+                                    "`k3diag check --format json` output")
     if not isinstance(report, dict) or report.get("schema") != "k3diag.report/1":
         return _problem_shape(item, f"{path} is not a k3diag report ({_what_json(report)}, expected schema "
                                     "'k3diag.report/1'); give bundles or `k3diag check --format json` output")

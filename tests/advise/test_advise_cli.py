@@ -257,3 +257,25 @@ def test_a_negative_memory_reading_never_becomes_the_gpu_size(tmp_path) -> None:
     assert code == 0 and "-0.0 GiB" not in out
     hardware = next(line for line in out.splitlines() if line.startswith("Hardware"))
     assert f"{min(sizes) / 1024:.1f} GiB" in hardware, hardware
+
+
+def test_inputs_that_name_no_gpu_model_say_what_to_add_not_that_the_catalog_lacks_it() -> None:
+    # `nvidia-smi topo -m` names no GPU model: "GPU0 (no name reported) ... are not in the catalog" blamed the
+    # catalog for what the inputs left out
+    code, out, err = run("--model", "k3", "--from", str(NVIDIA_FIXTURES / "topo-m-2gpu-nv2-numa-na.txt"))
+    assert code == 64
+    assert "names the GPUs' model (2 GPUs seen, none named)" in err
+    assert "add `nvidia-smi -q`" in err and "or pass --gpu NAME" in err
+    assert "no name reported" not in err and "not in the catalog" not in err
+
+
+def test_the_audit_says_the_same_without_an_exception_name(tmp_path) -> None:
+    import shutil
+
+    bundle = tmp_path / "vendor"
+    (bundle / "evidence").mkdir(parents=True)
+    (bundle / "manifest.json").write_text(json.dumps({"schema": "k3diag.bundle/1", "host": {"hostname": "vendor"}}))
+    shutil.copy(NVIDIA_FIXTURES / "topo-m-2gpu-nv2-numa-na.txt", bundle / "evidence" / "nvidia-smi-topo-m.txt")
+    result = runner.invoke(app, ["audit", str(bundle), "--model", "k3"])
+    assert "advise could not plan: no input in" in result.stdout
+    assert "AdviceError" not in result.stdout

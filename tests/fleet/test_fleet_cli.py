@@ -157,3 +157,16 @@ def test_a_report_that_cannot_be_read_keeps_the_fleet_from_passing(tmp_path: Pat
     assert "gpu003.json is not JSON" in result.stdout
     report = json.loads(fleet(str(reports), "--json").stdout)
     assert report["exit_code"] == 1 and report["totals"]["unreadable"] == 1
+
+
+def test_json_nested_past_the_decoder_is_a_sentence_not_an_exception_name(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    result = subprocess.run([sys.executable, "-m", "k3diag", "fleet", str(deep)], capture_output=True, text=True,
+                            timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    text = result.stdout + result.stderr
+    assert f"{deep} nests its JSON deeper than a k3diag report does" in text, text
+    assert "RecursionError" not in text and "Traceback" not in text
