@@ -28,8 +28,23 @@ STREAM_SNIFF_BYTES = 256 * 1024
 
 def detect(text: str, command: str | None = None) -> FormatSpec | None:
     """The format whose parser is most confident about this text, if any is confident enough."""
-    # The head of an output tells what it is; sniffing megabytes would only cost time.
-    return _detect_head(text[:SNIFF_CHARS], command)
+    # The head of an output tells what it is; sniffing megabytes would only cost time. Lines too long to
+    # begin any output (a launcher's 70 KB environment dump before the log) are not its head: sniffed past,
+    # they would have filled the whole window and hidden the output behind them.
+    start = _past_long_lines(text)
+    return _detect_head(text[start:start + SNIFF_CHARS], command)
+
+
+def _past_long_lines(text: str) -> int:
+    """Where the text begins once its leading lines longer than `MAX_START_LINE_CHARS` are skipped (0 for
+    a text of one long line: that line is all there is to sniff)."""
+    start = 0
+    while len(text) - start > MAX_START_LINE_CHARS and text.find("\n", start, start + MAX_START_LINE_CHARS + 1) < 0:
+        end = text.find("\n", start)
+        if end < 0 or end + 1 >= len(text):
+            return start
+        start = end + 1
+    return start
 
 
 # Each section is detected twice (when neighbours are merged, then to parse it), and a log of a

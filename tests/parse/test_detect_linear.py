@@ -71,3 +71,19 @@ def test_a_huge_single_line_is_one_section(size: int) -> None:
     text = ("GPU0 $ # > , name @ " * (size // 20))
     sections = split_sections(text)
     assert len(sections) == 1 and sections[0] == Section(text=text, first_line=1)
+
+
+@pytest.mark.parametrize("fixture, fmt", [
+    ("pcie/dmesg-xid79-pid-unknown-gpu-at-h800-blog.txt", "dmesg"),
+    ("nvidia/topo-m-2gpu-nv2-numa-na.txt", "nvidia-smi-topo-matrix"),
+])
+def test_a_line_longer_than_the_sniff_window_does_not_hide_the_output_after_it(fixture: str, fmt: str) -> None:
+    # a launcher's 70 KB environment dump, then the output: the sniffer saw only `xxxx...` and the whole
+    # file was "format not recognized" (an Xid 79 lost)
+    from k3diag.parse.detect import SNIFF_CHARS, detect
+
+    body = normalize((FIXTURES / fixture).read_text())
+    text = "x" * (SNIFF_CHARS + 5000) + "\n" + body
+    found = detect(text)
+    assert found is not None and found.name == fmt, found
+    assert detect("x" * (SNIFF_CHARS + 5000)) is None  # one long line alone is still nothing
