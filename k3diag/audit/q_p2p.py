@@ -15,7 +15,7 @@ from k3diag.model.words import counted
 P2P_REQUEST = (
     "nvidia-smi topo -p2p r ; nvidia-smi topo -p2p w ; nvidia-smi topo -p2p p ; "
     "./p2pBandwidthLatencyTest (CUDA samples) ; "
-    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P ./build/all_reduce_perf -b 8M -e 8G -f 2 -g <all GPUs>"
+    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P ./build/all_reduce_perf -b 8M -e 8G -f 2 -g \"$(nvidia-smi -L | wc -l)\""
 )
 # Capabilities that matter for PCIe peer traffic; `nvlink` only where the pair has NVLink,
 # `atomics` is often NS on healthy PCIe boxes and decides nothing for inference.

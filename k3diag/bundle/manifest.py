@@ -71,7 +71,9 @@ def load_manifest(data: bytes, display: str, limits: BundleLimits) -> tuple[dict
                         f"(lone surrogates); {'it is' if one else 'they are'} shown with \ufffd in "
                         f"{'its' if one else 'their'} place")
     schema = manifest.get("schema")
-    if schema != SCHEMA:
+    if schema is None:
+        warnings.append(f"{display}: manifest.json names no schema (expected {SCHEMA!r}); read as far as it matches")
+    elif schema != SCHEMA:
         warnings.append(f"{display}: manifest schema is {_short(schema)!r}, not {SCHEMA!r}; read as far as it matches")
     return manifest, warnings
 

@@ -156,10 +156,19 @@ def _parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
 
     # UTF-16 (what Windows PowerShell saves) is full of NUL bytes: judge the decoded text, not the bytes.
     head_text = head.decode(item.encoding, errors="replace")
-    if looks_binary(head if item.encoding == "utf-8" else head_text.encode("utf-8")):
+    # a compressed file by its magic number first: a short or very compressible one may not look binary
+    compressed = compressed_kind(head)
+    if compressed is not None and head.startswith(b"BZh") and head[4:10] != b"1AY&SY":
+        compressed = None  # `BZh` is also text ("BZhello"): a bzip2 stream has its block magic next
+    if compressed is not None or looks_binary(head if item.encoding == "utf-8" else head_text.encode("utf-8")):
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
-        compressed = compressed_kind(head)
-        if compressed is not None:
+        if compressed is not None and size is not None and size <= len(head) and _gzip_cut(head):
+            # the whole file is in `head`, and its gzip stream stops short: unpacking it would fail too
+            record.warnings.append(
+                f"{item.name} is gzip-compressed but ends early or is corrupt ({size} bytes; a cut download or "
+                "copy?); copy it again, `gzip -t` checks it"
+            )
+        elif compressed is not None:
             kind, unpack = compressed
             record.warnings.append(
                 f"{item.name} is {kind}; unpack it first (`{unpack} {item.name}`) and give the unpacked files"
@@ -295,3 +304,20 @@ def _run_parser(spec: FormatSpec, call, item: Evidence, record: InputRecord, not
     if isinstance(reported, InputIdentity):  # what the parser read about its machine
         record.identity.update(reported)
     return ParsedInput(record, spec=spec, result=result, note=note)
+
+
+def _gzip_cut(data: bytes) -> bool:
+    """Whether `data` (a whole file) starts a gzip stream that does not end within it."""
+    import zlib
+
+    if not data.startswith(b"\x1f\x8b"):
+        return False
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    try:
+        for start in range(0, len(data), 1 << 16):  # bounded output per step: a small bomb stays small
+            inflater.decompress(data[start:start + (1 << 16)], 1 << 20)
+            if inflater.eof:
+                return False
+    except zlib.error:
+        return True
+    return not inflater.eof

@@ -51,6 +51,9 @@ def test_mixed_link_layers() -> None:
            ("mlx5_2", 100.0, 4096, "Ethernet"))
     [mixed] = _by_id(run_rules(machine), "ib-link-layer-mixed")
     assert mixed.subjects == ["mlx5_2:1"]
+    # the remedy names this machine's devices, not `<dev>` placeholders
+    assert "`NCCL_IB_HCA=mlx4_0,mlx5_0,mlx5_1` leaves out the Ethernet ones" in mixed.remedy  # mlx4_0: the ibstat
+    assert "`mlxconfig -d mlx5_2 set LINK_TYPE_P1=...`" in mixed.remedy and "<dev>" not in mixed.remedy
 
 
 def test_every_gpu_gets_its_nic_on_an_hgx_style_box() -> None:
@@ -134,3 +137,9 @@ def test_a_rail_down_among_its_twins_fails() -> None:
     port.physical_state = "Polling"  # no link partner: a cable or switch-port problem
     [down] = _by_id(run_rules(machine), "ib-port-down")
     assert down.severity == "fail" and "(Polling)" in down.title
+
+
+def test_a_down_port_remedy_names_its_device_and_port() -> None:
+    findings = run_rules(machine_from("fabric/ibstat-roce-mt4129-200g-mt4125-down-mooncake.txt"))
+    [down] = _by_id(findings, "ib-port-down")
+    assert "`mlxlink -d mlx5_10 -p 1`" in down.remedy and "<dev>" not in down.remedy

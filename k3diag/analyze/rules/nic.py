@@ -80,7 +80,7 @@ def check_port_down(machine: Machine, earlier: list[Finding]) -> Iterable[Findin
             confirm_with=_PORT_CONFIRM,
             remedy=("Check the cable and the switch port (`Physical state: Disabled` means the port is disabled "
                     "on this side or the switch; `Polling` means no link partner), the subnet manager for "
-                    "InfiniBand, and `mlxlink -d <dev>` for the link's own view."),
+                    f"InfiniBand, and `mlxlink -d {port.device} -p {port.port}` for the link's own view."),
             data=port.to_json(),
         )
 
@@ -133,8 +133,10 @@ def check_mtu_link_layer(machine: Machine, earlier: list[Finding]) -> Iterable[F
                          "Ethernet is fine if NCCL_IB_HCA leaves it out."),
             evidence=[p.source for p in odd if p.source is not None][:4],
             confirm_with="ibv_devinfo | grep -e hca_id -e link_layer",
-            remedy="Set NCCL_IB_HCA to the compute rails only (e.g. `NCCL_IB_HCA=mlx5_0,mlx5_3,...`), or configure "
-                   "every compute port to the same link layer (`mlxconfig -d <dev> set LINK_TYPE_P1=...`).",
+            remedy=(f"Set NCCL_IB_HCA to the compute rails only (`NCCL_IB_HCA="
+                    f"{','.join(sorted({p.device for p in ports if p.link_layer != minority}))}` leaves out the "
+                    f"{minority} ones), or configure every compute port to the same link layer "
+                    f"(`mlxconfig -d {odd[0].device} set LINK_TYPE_P{odd[0].port}=...`: 1 InfiniBand, 2 Ethernet)."),
         )
     by_layer: dict[str | None, list[IbPort]] = {}
     for port in ports:
