@@ -34,13 +34,26 @@ def _ids(group: list[int]) -> str:
     return ",".join(str(g) for g in group)
 
 
+def _served_name(model: str | None) -> str:
+    """What `vllm serve` takes: the catalog entry's Hugging Face id (`moonshotai/Kimi-K3`), not k3diag's
+    short name (`k3`), which no server resolves; the name as given when the catalog has no id for it."""
+    if not model:
+        return "MODEL"
+    try:
+        from k3diag.advise.catalog import find_model
+
+        return find_model(model).hf_id or model
+    except Exception:  # not in the catalog (a name of the user's own): used as given
+        return model
+
+
 def benchmark_commands(ctx: AuditContext) -> str:
     """The runs that would answer the question, on the planner's best groups."""
     gpus = sorted(g.index for g in facts.gpus(ctx.machine)) if facts.gpus(ctx.machine) else [0, 1, 2, 3]
     groups = _groups(ctx)
     tp2 = groups.get("2") or [gpus[:2]]
     tp4 = groups.get("4") or [gpus[:4]]
-    model = ctx.model or "MODEL"
+    model = _served_name(ctx.model)
     bench = ("vllm bench serve --model {model} --port {port} --dataset-name random --random-input-len 1024 "
              "--random-output-len 512 --ignore-eos --max-concurrency 16 --num-prompts 320 "
              "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,95,99 "

@@ -69,3 +69,11 @@ def test_audit_of_a_bundle_with_results(tmp_path: Path) -> None:
 
     answers = {a["id"]: a for a in json.loads(result.stdout)["answers"]}
     assert answers["tp2-tp4-measured"]["verdict"] == "PASS", answers["tp2-tp4-measured"]
+
+
+def test_the_runs_asked_for_serve_the_model_by_its_hugging_face_id() -> None:
+    # `vllm serve k3` resolves to nothing: the catalog's short name becomes its Hugging Face id
+    request = _answer(SEED / "bundle", model="k3").request
+    assert "vllm serve moonshotai/Kimi-K3 --tensor-parallel-size 2" in request
+    assert "vllm bench serve --model moonshotai/Kimi-K3 " in request
+    assert "vllm serve k3 " not in request and "--model k3 " not in request
