@@ -30,7 +30,10 @@ class Out:
     def __init__(self, stream: TextIO | None = None, color: bool | None = None, width: int | None = None) -> None:
         self.stream = stream or sys.stdout
         is_terminal = bool(getattr(self.stream, "isatty", None) and self.stream.isatty())
-        self.color = (is_terminal and not os.environ.get("NO_COLOR")) if color is None else color
+        # NO_COLOR (no-color.org) and TERM=dumb (a terminal that understands no escape sequence: Emacs'
+        # shell, some CI log viewers), as rich decides for the other commands
+        self.color = (is_terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb") \
+            if color is None else color
         if width is None:
             # Piped output is not wrapped: a script or grep reads each fact on one line.
             width = shutil.get_terminal_size((PIPED_WIDTH, 40)).columns if is_terminal else 0

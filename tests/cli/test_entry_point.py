@@ -51,3 +51,39 @@ def test_piped_output_has_no_escape_codes(tmp_path: Path, fixtures_dir: Path, no
     )
     assert "\x1b[" not in done.stdout
     assert "Verdict [" in done.stdout
+
+
+def _on_a_terminal(args: list[str], env: dict) -> str:
+    """stdout on a pseudo-terminal, as a user's shell has it; what the command wrote there."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([*_k3diag(), *args], stdout=follower, stderr=subprocess.PIPE, timeout=120, env=env)
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the other side is closed and everything was read
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert done.returncode in (0, 1, 2, 3), done.stderr
+        return b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pseudo-terminals as Linux has them")
+def test_term_dumb_gets_no_colour_on_a_terminal() -> None:
+    example = Path(__file__).resolve().parents[2] / "k3diag" / "data" / "examples" / "dual-socket-8gpu-pcie"
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    coloured = _on_a_terminal(["analyze", str(example)], dict(env, TERM="xterm-256color"))
+    assert "\x1b[" in coloured and "Verdict [" in coloured  # a real terminal gets colour
+    dumb = _on_a_terminal(["analyze", str(example)], dict(env, TERM="dumb"))
+    assert "Verdict [" in dumb and "\x1b[" not in dumb
