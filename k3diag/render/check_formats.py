@@ -103,7 +103,11 @@ def headline(report: dict, code: int, short: bool = False) -> str:
     worst = worst_finding(report)
     if worst is None:
         return f"no failure or warning ({_tally(report)})"
-    return f"{worst.get('id')} {_subject(worst)}: {worst.get('title') or ''}".rstrip(": ")
+    text = f"{worst.get('id')} {_subject(worst)}: {worst.get('title') or ''}".rstrip(": ")
+    if code == EXIT_OK:
+        # `K3DIAG OK - ...: pcie-width-below-max GPU2` read as a contradiction: say why it passes
+        return f"{text} (passes: --fail-on does not count it)"
+    return text
 
 
 def render_text(report: dict, code: int, timing: dict) -> str:

@@ -136,3 +136,32 @@ def test_expect_turns_a_spec_mismatch_into_a_failure(tmp_path: Path) -> None:
     spec.write_text('[gpu]\ncolour = "green"\n')
     result = run("--from", str(GOOD), "--expect", str(spec))
     assert result.exit_code == 64 and "unknown key gpu.colour" in result.stderr
+
+
+def test_a_wrong_command_line_under_nagios_is_an_unknown_status_line(tmp_path) -> None:
+    # Nagios shows "(No output returned from plugin)" for an empty answer; its plugins answer UNKNOWN (3)
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    missing = tmp_path / "missing.tar.gz"
+    nagios = subprocess.run([sys.executable, "-m", "k3diag", "check", "--from", str(missing), "--format", "nagios"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert nagios.returncode == 3
+    assert nagios.stdout == f"K3DIAG UNKNOWN - k3diag check: {missing} does not exist; check the path given to --from\n"
+    npd = subprocess.run([sys.executable, "-m", "k3diag", "check", "--from", str(missing), "--format", "npd"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert npd.returncode == 2 and npd.stdout.startswith("UNKNOWN ") and len(npd.stdout.rstrip("\n")) < 80
+    text = subprocess.run([sys.executable, "-m", "k3diag", "check", "--from", str(missing)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert text.returncode == 64 and text.stdout == ""  # other formats keep the usage error
+
+
+def test_a_failure_that_fail_on_never_lets_pass_says_why_it_passes() -> None:
+    from k3diag.render.check_formats import render_nagios
+
+    report = {"findings": [{"id": "pcie-width-below-max", "severity": "fail", "subjects": ["GPU2"],
+                            "title": "GPU2 link runs at x8 of x16"}], "shape": {"node": "gpu004"}}
+    line = render_nagios(report, 0, {"elapsed_s": 0.4, "deadline_s": 30})
+    assert line.startswith("K3DIAG OK - gpu004: pcie-width-below-max GPU2: GPU2 link runs at x8 of x16 "
+                           "(passes: --fail-on does not count it) | failures=1"), line
