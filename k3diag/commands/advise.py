@@ -86,13 +86,13 @@ def register(app: typer.Typer) -> None:
     @app.command("advise")
     def advise_command(
         paths: Optional[List[Path]] = typer.Argument(
-            None, help="Hardware from a bundle or saved tool outputs, as `analyze` and `audit` take them "
+            None, readable=False, help="Hardware from a bundle or saved tool outputs, as `analyze` and `audit` take them "
                        "(the same as --from).", show_default=False),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog model (k3, k2, k2-thinking, deepseek-v3, qwen3-235b, llama-405b, llama-70b...)."),
-        config: Optional[Path] = typer.Option(None, "--config", help="A Hugging Face config.json for a model not in the catalog."),
+        config: Optional[Path] = typer.Option(None, "--config", readable=False, help="A Hugging Face config.json for a model not in the catalog."),
         gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Catalog GPU (mi355x, h200, h100, b200, rtx4090, m3-ultra...)."),
         count: Optional[int] = typer.Option(None, "--count", "-n", help="Number of GPUs (with --gpu)."),
-        from_paths: Optional[List[Path]] = typer.Option(None, "--from", help="Hardware from a bundle or saved tool outputs (repeatable)."),
+        from_paths: Optional[List[Path]] = typer.Option(None, "--from", readable=False, help="Hardware from a bundle or saved tool outputs (repeatable)."),
         context: Optional[str] = typer.Option(None, "--context", "-c", help="Tokens per sequence (8192, 128k, 1m); default the model's maximum."),
         tp: Optional[int] = typer.Option(None, "--tp", help="Only layouts with this tensor-parallel size."),
         pp: Optional[int] = typer.Option(None, "--pp", help="Only layouts with this many pipeline stages."),

@@ -13,7 +13,7 @@ from k3diag.commands._report import check_fail_on, check_json_indent, emit_machi
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze(
-        paths: List[Path] = typer.Argument(..., help="Saved tool outputs, folders of them, or k3diag bundles (.tar.gz or folder); - reads standard input."),
+        paths: List[Path] = typer.Argument(..., readable=False, help="Saved tool outputs, folders of them, or k3diag bundles (.tar.gz or folder); - reads standard input."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report (schema k3diag.report/1) instead of tables."),
         json_indent: Optional[int] = typer.Option(None, "--json-indent", callback=check_json_indent, metavar="N",
                                                   help="Indent the JSON report N spaces (default: compact, one line)."),

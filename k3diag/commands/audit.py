@@ -11,12 +11,12 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("audit")
     def audit(
-        bundle: Path = typer.Argument(..., help="The bundle the vendor sent (.tar.gz or folder from `k3diag collect`)."),
+        bundle: Path = typer.Argument(..., readable=False, help="The bundle the vendor sent (.tar.gz or folder from `k3diag collect`)."),
         model: Optional[str] = typer.Option(None, "--model", help="Target model for the layout questions, e.g. k3."),
         html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
         md: Optional[Path] = typer.Option(None, "--md", help="Also write a Markdown report here."),
         as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON (schema k3diag.audit/1)."),
-        expect: Optional[Path] = typer.Option(None, "--expect", help="Purchase spec (TOML) to check the machine against."),
+        expect: Optional[Path] = typer.Option(None, "--expect", readable=False, help="Purchase spec (TOML) to check the machine against."),
         brief: bool = typer.Option(False, "--brief", help="Only the verdict table, without details and evidence."),
         lang: str = typer.Option("en", "--lang", help="Language of the HTML/Markdown reports: en (default), or zh to "
                                  "add the seed checklist's Chinese wording under each question (needs CJK fonts)."),
@@ -58,6 +58,15 @@ def register(app: typer.Typer) -> None:
         if not os.path.lexists(bundle):
             typer.echo(f"k3diag audit: {safe_message(os.path.abspath(bundle))} does not exist; check the path", err=True)
             raise typer.Exit(EXIT_USAGE)
+        try:  # a path the user cannot read is the command line's error (64), as in analyze, not the bundle's
+            if os.path.isdir(bundle):
+                os.listdir(bundle)
+            else:  # O_NONBLOCK: a FIFO with no writer yet must not hang here
+                os.close(os.open(bundle, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+        except OSError as exc:
+            typer.echo(f"k3diag audit: {safe_message(os.path.abspath(bundle))} cannot be read "
+                       f"({(exc.strerror or str(exc)).lower()}); check its permissions or run as its owner", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         try:
             report = audit_bundle(bundle, model=model, spec_path=expect)
         except BundleError as exc:

@@ -16,13 +16,13 @@ def register(app: typer.Typer) -> None:
         slurm_drain: bool = typer.Option(False, "--slurm-drain", help="Drain this node through scontrol on failure (reason 'k3diag: <finding> <subject>'); resume it on a pass only if k3diag drained it."),
         node: Optional[str] = typer.Option(None, "--node", help="This node's name for Slurm and the reports (default: $SLURMD_NODENAME, else the short host name)."),
         scontrol: str = typer.Option("scontrol", "--scontrol", help="The scontrol to run for --slurm-drain."),
-        expect: Optional[Path] = typer.Option(None, "--expect", help="Purchase spec (TOML, the audit's format): every line the node misses is a failure."),
+        expect: Optional[Path] = typer.Option(None, "--expect", readable=False, help="Purchase spec (TOML, the audit's format): every line the node misses is a failure."),
         deadline: float = typer.Option(30.0, "--deadline", min=1.0, help="Seconds the whole check may take; past it the check stops and reports unknown."),
         timeout: float = typer.Option(20.0, "--timeout", min=1.0, help="Seconds each command may take (capped by what is left of --deadline)."),
         fail_on: str = typer.Option("warn", "--fail-on", help="Exit non-zero on: fail (failures only), warn (warnings too), never."),
         nccl_tests: Optional[Path] = typer.Option(None, "--nccl-tests", help="Also run nccl-tests from this folder (a benchmark: only when asked, within the deadline)."),
         p2p_test: Optional[Path] = typer.Option(None, "--p2p-test", help="Also run this p2pBandwidthLatencyTest binary (only when asked, within the deadline)."),
-        from_paths: Optional[List[Path]] = typer.Option(None, "--from", help="Read saved evidence (a bundle, files) instead of this host: for tests and for replaying a node's bundle."),
+        from_paths: Optional[List[Path]] = typer.Option(None, "--from", readable=False, help="Read saved evidence (a bundle, files) instead of this host: for tests and for replaying a node's bundle."),
         root: Path = typer.Option(Path("/"), "--root", hidden=True, help="Read sysfs/proc under this root (testing)."),
     ) -> None:
         """Check this node once, within a deadline, without running benchmarks unless asked.

@@ -11,7 +11,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("fleet")
     def fleet(
-        paths: List[Path] = typer.Argument(..., help="Bundles, folders of bundles, or JSON reports (`k3diag check --format json`) from many nodes."),
+        paths: List[Path] = typer.Argument(..., readable=False, help="Bundles, folders of bundles, or JSON reports (`k3diag check --format json`) from many nodes."),
         as_json: bool = typer.Option(False, "--json", help="Print the fleet report as JSON (schema k3diag.fleet/1) instead of text."),
         md: Optional[Path] = typer.Option(None, "--md", help="Also write a Markdown summary here."),
         html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page here (node grid, outliers side by side)."),

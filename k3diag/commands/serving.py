@@ -18,10 +18,10 @@ def _fail(message: str, code: int = EXIT_USAGE) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("serving")
     def serving_command(
-        results: List[Path] = typer.Argument(..., help="Result files or folders: vllm bench serve JSON/JSONL, SGLang "
+        results: List[Path] = typer.Argument(..., readable=False, help="Result files or folders: vllm bench serve JSON/JSONL, SGLang "
                                                        "bench_serving JSONL, trtllm-bench report, AIPerf/GenAI-Perf, "
                                                        "LLMPerf summaries, and the engines' logs."),
-        from_paths: Optional[List[Path]] = typer.Option(None, "--from", help="The machine's evidence (bundle or saved "
+        from_paths: Optional[List[Path]] = typer.Option(None, "--from", readable=False, help="The machine's evidence (bundle or saved "
                                                                             "outputs) to explain the numbers with."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (schema k3diag.serving/1)."),
         html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page with the charts."),
@@ -58,14 +58,20 @@ def register(app: typer.Typer) -> None:
         from k3diag.analyze.serving.report import build_report
         from k3diag.inputs_serving import load_serving
 
-        loaded = load_serving(list(results))
+        from k3diag.inputs import InputPathError, load_machine
+
+        try:
+            loaded = load_serving(list(results))
+        except InputPathError as exc:  # a path that cannot be read: named, exit 64, as analyze does
+            _fail("; ".join(exc.sentences))
         machine = loaded.machine
         machine_source = None
         warnings = list(loaded.warnings)
         if from_paths:
-            from k3diag.inputs import load_machine
-
-            evidence_machine, errors = load_machine(list(from_paths))
+            try:
+                evidence_machine, errors = load_machine(list(from_paths))
+            except InputPathError as exc:
+                _fail("; ".join(exc.sentences))
             warnings.extend(errors)
             # Engine logs and P2P caches given with the results explain the runs too.
             for key in ("serving_engines", "vllm_p2p_caches"):

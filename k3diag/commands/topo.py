@@ -14,7 +14,7 @@ from k3diag.model.words import counted
 def register(app: typer.Typer) -> None:
     @app.command("topo")
     def topo(
-        from_paths: Optional[List[Path]] = typer.Option(None, "--from", help="Read saved evidence instead of this host (repeatable)."),
+        from_paths: Optional[List[Path]] = typer.Option(None, "--from", readable=False, help="Read saved evidence instead of this host (repeatable)."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report (schema k3diag.report/1) instead of tables."),
         json_indent: Optional[int] = typer.Option(None, "--json-indent", callback=check_json_indent, metavar="N",
                                                   help="Indent the JSON report N spaces (default: compact, one line)."),

@@ -204,7 +204,8 @@ def _child(request: CheckRequest, conn: Any, started: float, parent_pid: int) ->
     except Terminated:
         os._exit(EXIT_UNKNOWN)
     except BaseException as exc:  # the parent turns it into one sentence
-        kind = "spec" if type(exc).__name__ == "SpecError" else "error"
+        # a spec or a --from path that cannot be used is the command line's fault: a usage error in the parent
+        kind = "spec" if type(exc).__name__ in ("SpecError", "InputPathError") else "error"
         try:
             conn.send((kind, f"{exc}" if kind == "spec" else f"{type(exc).__name__}: {exc}"))
         except (OSError, ValueError):

@@ -62,3 +62,33 @@ def test_a_folder_that_cannot_be_entered_is_named_not_a_traceback(tree, command:
     assert "check the permissions of its folder" in text, text
     if command[0] == "analyze":
         assert "Verdict [OK]: Good for tensor parallelism up to TP2" in text  # topo.txt is still read and judged
+
+
+@pytest.mark.parametrize("command, code", [
+    (["analyze", "{f}"], 64), (["audit", "{f}", "--model", "k3"], 64), (["serving", "{f}"], 64),
+    (["advise", "--model", "k3", "--from", "{f}"], 64), (["topo", "--from", "{f}"], 64),
+    (["check", "--from", "{f}"], 64), (["check", "--from", "{f}", "--format", "nagios"], 3),
+    (["fleet", "{f}"], 3),
+])
+def test_an_unreadable_file_is_one_sentence_naming_it(tmp_path: Path, command: list[str], code: int) -> None:
+    # click's `Usage: ... Error: Invalid value for 'paths': Path ... is not readable.` (four lines), a
+    # traceback from serving, "InputPathError" in check's status line: now one k3diag sentence each
+    prefix = _without_override()
+    top = Path(tempfile.mkdtemp(prefix="k3diag-perm-"))
+    try:
+        top.chmod(0o755)
+        locked = top / "topo.txt"
+        shutil.copy(TOPO, locked)
+        locked.chmod(0)
+        probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(locked)!r}).close()"], capture_output=True)
+        if probe.returncode == 0:
+            pytest.skip("this user reads the file anyway")
+        args = [part.replace("{f}", str(locked)) for part in command]
+        result = subprocess.run([*prefix, sys.executable, "-m", "k3diag", *args], capture_output=True, text=True,
+                                env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+        text = result.stdout + result.stderr
+        assert result.returncode == code, text
+        assert str(locked) in text and "Traceback" not in text and "Usage:" not in text, text
+        assert "Error" not in text, text  # neither click's `Error:` nor an exception's name
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
