@@ -126,8 +126,8 @@ def missing_legend(report: ServingReport) -> str | None:
             missing.update(f"{stat.upper()} {_METRIC_HEAD[metric]}" for stat in latency.missing_percentiles())
     if not missing:
         return None
-    return (f"{NOT_RECORDED} = not recorded by the tool (e.g. {', '.join(sorted(missing)[:3])}); vLLM records only "
-            "P99 unless run with --metric-percentiles 50,95,99, and E2E only with --percentile-metrics ttft,tpot,itl,e2el")
+    return (f"{NOT_RECORDED} = not recorded by the tool (e.g. {', '.join(sorted(missing)[:3])}); vLLM records median "
+            "and P99 only, unless run with --metric-percentiles 50,95,99, and E2E only with --percentile-metrics ttft,tpot,itl,e2el")
 
 
 def render_plain(report: ServingReport) -> str:

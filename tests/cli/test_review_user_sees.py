@@ -66,7 +66,7 @@ def test_a_latency_column_the_tool_never_recorded_is_explained() -> None:
     lines = result.stdout.splitlines()
     row = next(line for line in lines if line.startswith("TP2 GPUs 0,1") and "92.0/101.0/118.0" in line)
     assert row.rstrip().endswith("n/r")
-    assert "n/r = not recorded by the tool (e.g. E2E); vLLM records only P99 unless run with --metric-percentiles " \
+    assert "n/r = not recorded by the tool (e.g. E2E); vLLM records median and P99 only, unless run with --metric-percentiles " \
            "50,95,99, and E2E only with --percentile-metrics ttft,tpot,itl,e2el" in lines
 
 
