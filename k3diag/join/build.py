@@ -23,7 +23,7 @@ from k3diag.parse.detect import (
 )
 from k3diag.parse.markdown_head import is_markdown  # the reader itself (`parse.markdown`) only for a document
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
-from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize
+from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize, unwrap_paste
 
 
 @dataclass
@@ -191,18 +191,48 @@ def _parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
 
     text, truncated, sections = read_sections(item)
     parsed_any = False
-    for section in sections:
-        spec = detect(section.text, section.command)
-        if spec is None:
-            continue
+    for section, spec, unwrapped in _detected(sections):
         parsed_any = True
-        yield _parse_section(spec, section, item, size, note, truncated=truncated)
+        parsed = _parse_section(spec, section, item, size, note, truncated=truncated)
+        if unwrapped:
+            last = section.first_line + section.text.count("\n")
+            parsed.record.warnings.insert(0, f"lines {section.first_line}-{last} read without {unwrapped}; "
+                                             "the evidence quotes them so")
+        yield parsed
         note = None  # said once, with the first section
     if not parsed_any:
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
         record.warnings.append(item.error or describe_unknown(text, item.name))
         record.warnings.extend(item.take_notes())  # what reading dropped or cut
         yield ParsedInput(record, note=note)
+
+
+def _detected(sections: list[Section]) -> Iterator[tuple[Section, FormatSpec, str]]:
+    """Each section with the format it holds, and what was taken off it to tell (empty when nothing was).
+
+    A paste no format recognizes may be one wrapped by its medium: quoted in an e-mail reply (`> ` on most
+    lines) or indented as a whole. Such a section is read again without that (`unwrap_paste`, the line count
+    kept) and cut into the outputs it holds; formats that read their own quoting (topo, lspci) recognized
+    theirs already and keep their lines as pasted."""
+    for section in sections:
+        spec = detect(section.text, section.command)
+        if spec is None or spec.name not in _READS_ITS_OWN_QUOTES:
+            plain, what = unwrap_paste(section.text)
+            if what:
+                offset = section.first_line - 1
+                parts = [(replace(part, first_line=part.first_line + offset, host=part.host or section.host),
+                          detect(part.text, part.command))
+                         for part in split_sections(plain, command=section.command, normalized=True)]
+                found = [(part, part_spec, what) for part, part_spec in parts if part_spec is not None]
+                if found:
+                    yield from found
+                    continue
+        if spec is not None:
+            yield section, spec, ""
+
+
+# Parsers that take a reply's `> ` marks and an indentation off themselves and quote the lines as pasted
+_READS_ITS_OWN_QUOTES = frozenset({"nvidia-smi-topo-matrix", "nvidia-smi-topo-p2p", "lspci-vv", "dmesg"})
 
 
 def _parse_document(item: Evidence, size: int | None, note: Note | None) -> Iterator[ParsedInput]:

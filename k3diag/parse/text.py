@@ -139,6 +139,56 @@ def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:
     return [_QUOTE_RE.sub("", line, count=1) if _QUOTE_RE.match(line) else line for line in lines], True
 
 
+_SAMPLE_LINES = 400
+
+
+def unwrap_paste(text: str) -> tuple[str, str]:
+    """A whole paste without what the medium added, the line count kept (line numbers still point into
+    the file), and what was taken off in words ('' when nothing was): the `> ` marks of an e-mail reply
+    when most lines carry them (`unquote_reply`'s rule), and an indentation every non-blank line shares
+    (a forum post, a ticket or a mail that indented the output by four spaces). Judged on the first lines
+    first, so a big output pays one look at its head."""
+    taken = []
+    head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
+    if unquote_reply(head)[1]:
+        lines, quoted = unquote_reply(text.split("\n"))
+        if quoted:
+            text = "\n".join(lines)
+            taken.append("the `> ` marks of an e-mail reply")
+            head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
+    indent = _shared_indent(head)
+    if indent:
+        lines = text.split("\n")
+        if _shared_indent(lines) == indent:
+            width = len(indent)
+            text = "\n".join(line[width:] for line in lines)
+            taken.append("the indentation every line shared")
+    return text, " and ".join(taken)
+
+
+def _shared_indent(lines: list[str]) -> str:
+    """The run of spaces (or tabs) that begins every non-blank line, when there are at least three; ''."""
+    shared: str | None = None
+    filled = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        filled += 1
+        lead = line[: len(line) - len(line.lstrip(" \t"))]
+        if shared is None:
+            shared = lead
+        elif not lead.startswith(shared):
+            common = 0
+            for a, b in zip(shared, lead):
+                if a != b:
+                    break
+                common += 1
+            shared = shared[:common]
+        if not shared:
+            return ""
+    return shared if shared and filled >= 3 else ""
+
+
 def split_lines(text: str) -> list[str]:
     return normalize(text).split("\n")
 

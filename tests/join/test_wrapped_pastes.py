@@ -1,0 +1,60 @@
+"""An output pasted through a medium that wrapped it (quoted in an e-mail reply, indented as a whole by a
+forum or a ticket) is read as the output it is, whatever its format, and the input says what was taken off.
+The formats that read their own quoting (topo -m, topo -p2p, lspci, dmesg) keep their lines as pasted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3diag.evidence import Evidence
+from k3diag.join.build import build_machine
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+CASES = [
+    "amd/rocm-smi-showtoponuma-mi210-8gpu-nps4.txt",
+    "amd/rocm-smi-showtopo-mi300a-4apu-tabs.txt",
+    "amd/amd-smi-topology-json-legacy-2gpu-pcie-changelog.txt",
+    "fabric/ibstat-roce-mt4129-200g-mt4125-down-mooncake.txt",
+    "nvidia/smi-q-d-4x-rtx-pro-6000-580-cuda-not-found-vgpu-excerpt.txt",
+    "serving/vllm-bench-serve-text-two-blocks-qps-labels-ascend1605.txt",
+]
+
+
+def _quoted(text: str) -> str:
+    return "\n".join("> " + line if line else ">" for line in text.split("\n"))
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + line if line.strip() else line for line in text.split("\n"))
+
+
+def _facts(machine) -> tuple:
+    return ([i.format for i in machine.inputs], len(machine.gpus), len(machine.links), len(machine.fabric.ib_ports)
+            if hasattr(machine.fabric, "ib_ports") else None, len(machine.extras.get("serving_runs", []) or [])
+            if hasattr(machine, "extras") else None)
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("wrap, said", [(_quoted, "the `> ` marks of an e-mail reply"),
+                                        (_indented, "the indentation every line shared")])
+def test_a_wrapped_paste_reads_as_the_output_it_is(name: str, wrap, said: str) -> None:
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"{name} is not in this checkout")
+    text = path.read_text()
+    plain = build_machine([Evidence(name="paste.txt", data=text.encode())])
+    wrapped = build_machine([Evidence(name="paste.txt", data=wrap(text).encode())])
+    assert _facts(wrapped) == _facts(plain)
+    assert plain.inputs[0].format != "unknown"
+    warnings = [w for i in wrapped.inputs for w in i.warnings]
+    if wrap is _quoted:  # an indented paste some parsers read as it is (the vLLM block): no word needed then
+        assert any(f"read without {said}; the evidence quotes them so" in w for w in warnings), warnings
+
+
+def test_a_topo_matrix_quoted_in_a_reply_keeps_its_lines_as_pasted() -> None:
+    text = (FIXTURES / "nvidia" / "topo-m-2gpu-nv2-numa-na.txt").read_text()
+    machine = build_machine([Evidence(name="reply.txt", data=_quoted(text).encode())])
+    assert machine.inputs[0].format == "nvidia-smi-topo-matrix" and len(machine.gpus) == 2
+    assert all(link.source.text.startswith(">") for link in machine.links if link.source is not None)
