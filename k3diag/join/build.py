@@ -217,10 +217,11 @@ def _detected(sections: list[Section]) -> Iterator[tuple[Section, FormatSpec, st
     for section in sections:
         spec = detect(section.text, section.command)
         if spec is None or spec.name not in _READS_ITS_OWN_QUOTES:
-            plain, what = unwrap_paste(section.text)
+            plain, what, label_host = unwrap_paste(section.text)
             if what:
                 offset = section.first_line - 1
-                parts = [(replace(part, first_line=part.first_line + offset, host=part.host or section.host),
+                host = section.host or label_host
+                parts = [(replace(part, first_line=part.first_line + offset, host=part.host or host),
                           detect(part.text, part.command))
                          for part in split_sections(plain, command=section.command, normalized=True)]
                 found = [(part, part_spec, what) for part, part_spec in parts if part_spec is not None]

@@ -142,19 +142,35 @@ def unquote_reply(lines: list[str]) -> tuple[list[str], bool]:
 _SAMPLE_LINES = 400
 
 
-def unwrap_paste(text: str) -> tuple[str, str]:
+def unwrap_paste(text: str) -> tuple[str, str, str | None]:
     """A whole paste without what the medium added, the line count kept (line numbers still point into
     the file), and what was taken off in words ('' when nothing was): the `> ` marks of an e-mail reply
     when most lines carry them (`unquote_reply`'s rule), and an indentation every non-blank line shares
     (a forum post, a ticket or a mail that indented the output by four spaces). Judged on the first lines
-    first, so a big output pays one look at its head."""
+    first, so a big output pays one look at its head. The third value is the host a `pdsh`/`clush` label
+    names (`gpu042: ` before every line), else None."""
     taken = []
+    host = None
+    if not _may_be_wrapped(text):
+        return text, "", None
     head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
     if unquote_reply(head)[1]:
         lines, quoted = unquote_reply(text.split("\n"))
         if quoted:
             text = "\n".join(lines)
             taken.append("the `> ` marks of an e-mail reply")
+            head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
+    marked, with_label = _prefixed_share(head)
+    if marked:
+        lines = text.split("\n")
+        if _prefixed_share(lines) == (marked, with_label):
+            if with_label:
+                label = next(m.group("label") for m in map(_LOG_PREFIX_RE.match, lines) if m.group("label"))
+                name = label.strip()[:-1]
+                if not name.isdigit() and not name.startswith("[") and _HOST_LABEL_RE.match(name):
+                    host = name
+            text = "\n".join(_strip_prefix(line, with_label) for line in lines)
+            taken.append(marked)
             head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
     indent = _shared_indent(head)
     if indent:
@@ -163,7 +179,69 @@ def unwrap_paste(text: str) -> tuple[str, str]:
             width = len(indent)
             text = "\n".join(line[width:] for line in lines)
             taken.append("the indentation every line shared")
-    return text, " and ".join(taken)
+    return text, " and ".join(taken), host
+
+
+# What a log collector puts before each line it relays: an RFC 3339 time (`kubectl logs --timestamps`,
+# Fluent Bit, Loki), and/or a source label (`pdsh`/`clush` `host1: `, `srun --label` `3: `, `mpirun
+# --tag-output` `[1,0]<stdout>:`). The label must be the same on the lines it marks: a paste interleaving
+# two hosts is two machines' output, never unwrapped into one.
+_LOG_PREFIX = (r"^(?P<stamp>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+)?"
+               r"(?P<label>(?:[A-Za-z0-9][\w.-]*|\[\d+,\d+\]<std(?:out|err)>):[ \t])?")
+
+
+_LOG_PREFIX_RE = lazy(_LOG_PREFIX)
+# a label that can be a host name: letters first, with a digit or a dash (`gpu042`, `node-a`), not a word
+# (`Note: `, `Error: ` before every line of a pasted message are not hosts)
+_HOST_LABEL_RE = lazy(r"[A-Za-z][A-Za-z0-9-]*[0-9-][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*$")
+
+
+def _prefixed_share(lines: list[str]) -> tuple[str, bool]:
+    """In words, the per-line prefix most non-blank lines carry ('' when not so; see `_LOG_PREFIX`), and
+    whether its label goes too (only a label the lines share)."""
+    filled = stamped = 0
+    labels: dict[str, int] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        filled += 1
+        match = _LOG_PREFIX_RE.match(line)
+        if match.group("stamp"):
+            stamped += 1
+        label = match.group("label")
+        if label:
+            labels[label] = labels.get(label, 0) + 1
+    if filled < 3:
+        return "", False
+    label, count = max(labels.items(), key=lambda item: item[1]) if labels else ("", 0)
+    shared = count * 5 >= filled * 4 and len(labels) == 1
+    if stamped * 5 >= filled * 4:
+        return "the time stamp" + (f" and the `{label.strip()}` label" if shared else "") + " before each line", shared
+    if shared:
+        return f"the `{label.strip()}` label before each line", True
+    return "", False
+
+
+def _strip_prefix(line: str, with_label: bool) -> str:
+    match = _LOG_PREFIX_RE.match(line)
+    end = match.end() if with_label or not match.group("label") else match.start("label")
+    return line[end:] if end else line
+
+
+def _may_be_wrapped(text: str) -> bool:
+    """Whether the first few non-blank lines could carry a wrapper's mark (`>`, a leading blank, a time
+    stamp or a label): most sections start plainly, and pay only this look (a loop of 10,000 outputs)."""
+    looked = marked = 0
+    for line in text[:4096].split("\n", 12)[:12]:
+        if not line.strip():
+            continue
+        looked += 1
+        first = line[0]
+        if first in "> \t" or (first.isalnum() and _LOG_PREFIX_RE.match(line).end()):
+            marked += 1
+        if looked == 5:
+            break
+    return marked >= min(3, looked) and marked > 0
 
 
 def _shared_indent(lines: list[str]) -> str:

@@ -58,3 +58,42 @@ def test_a_topo_matrix_quoted_in_a_reply_keeps_its_lines_as_pasted() -> None:
     machine = build_machine([Evidence(name="reply.txt", data=_quoted(text).encode())])
     assert machine.inputs[0].format == "nvidia-smi-topo-matrix" and len(machine.gpus) == 2
     assert all(link.source.text.startswith(">") for link in machine.links if link.source is not None)
+
+
+def _stamped(text: str) -> str:  # `kubectl logs --timestamps`
+    return "\n".join(f"2026-12-03T14:0{i % 10}:00.123456789Z {line}" for i, line in enumerate(text.split("\n")))
+
+
+def _labelled(host: str):
+    def wrap(text: str) -> str:  # `pdsh -w gpu042 nvidia-smi topo -m`
+        return "\n".join(f"{host}: {line}" for line in text.split("\n"))
+    return wrap
+
+
+@pytest.mark.parametrize("name", ["nvidia/topo-m-2gpu-nv2-numa-na.txt", "amd/rocm-smi-showtoponuma-mi210-8gpu-nps4.txt",
+                                  "nvidia/smi-q-d-4x-rtx-pro-6000-580-cuda-not-found-vgpu-excerpt.txt"])
+@pytest.mark.parametrize("wrap, said", [(_stamped, "the time stamp before each line"),
+                                        (_labelled("gpu042"), "the `gpu042:` label before each line")])
+def test_a_log_collectors_prefix_is_taken_off(name: str, wrap, said: str) -> None:
+    text = (FIXTURES / name).read_text()
+    plain = build_machine([Evidence(name="paste.txt", data=text.encode())])
+    wrapped = build_machine([Evidence(name="paste.txt", data=wrap(text).encode())])
+    assert _facts(wrapped) == _facts(plain) and plain.inputs[0].format != "unknown"
+    assert any(f"read without {said}; the evidence quotes them so" in w for i in wrapped.inputs for w in i.warnings)
+
+
+def test_two_hosts_interleaved_are_not_read_as_one_output() -> None:
+    # pdsh over two nodes: half the lines are gpu042's, half gpu043's; unwrapped they would be one machine
+    text = (FIXTURES / "nvidia" / "topo-m-2gpu-nv2-numa-na.txt").read_text()
+    mixed = "\n".join(f"{'gpu042' if i % 2 else 'gpu043'}: {line}" for i, line in enumerate(text.split("\n")))
+    machine = build_machine([Evidence(name="pdsh.txt", data=mixed.encode())])
+    assert not machine.gpus and machine.inputs[0].format == "unknown"
+
+
+def test_a_pdsh_label_names_the_machine_so_two_nodes_stay_apart() -> None:
+    from k3diag.join.machines import build_machines
+
+    text = (FIXTURES / "nvidia" / "topo-m-2gpu-nv2-numa-na.txt").read_text()
+    machines = build_machines([Evidence(name="a.txt", data=_labelled("gpu042")(text).encode()),
+                               Evidence(name="b.txt", data=_labelled("gpu043")(text).encode())])
+    assert len(machines.machines) == 2, [m.inputs for m in machines.machines]
