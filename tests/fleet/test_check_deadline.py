@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.processes import kill_all, none_alive, signal_and_wait
+
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "fixtures" / "hostroot" / "dual_socket"
 HUNG_TOOLS = ("nvidia-smi", "lspci", "amd-smi", "rocm-smi")
@@ -28,25 +30,26 @@ def _hung_tools(folder: Path) -> Path:
     return bin_dir
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
-    except OSError:
-        return False
+
+
+def _tool_pids(folder: Path) -> list[int]:
+    return [int(p) for p in (folder / "pids").read_text().split()] if (folder / "pids").exists() else []
+
+
+def _check_with_hung_tools(folder: Path, *args: str, timeout: float = 90) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """`k3diag check --root ROOT --node gpu042 ARGS` with every GPU tool on PATH hanging; its pids."""
+    bin_dir = _hung_tools(folder)
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--node", "gpu042", *args],
+                            env=env, capture_output=True, text=True, timeout=timeout)
+    return result, _tool_pids(folder)
 
 
 def test_hung_tools_make_an_unknown_answer_within_the_deadline(tmp_path: Path) -> None:
-    bin_dir = _hung_tools(tmp_path)
-    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", "3", "--timeout", "60",
-         "--node", "gpu042", "--format", "npd"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )
+    result, pids = _check_with_hung_tools(tmp_path, "--deadline", "3", "--timeout", "60", "--format", "npd",
+                                          timeout=60)
     elapsed = time.monotonic() - started
-    pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
     try:
         assert elapsed < 3 + 4, f"took {elapsed:.1f} s for a 3 s deadline"
         assert result.returncode == 2, result.stdout + result.stderr  # npd: Unknown
@@ -54,27 +57,15 @@ def test_hung_tools_make_an_unknown_answer_within_the_deadline(tmp_path: Path) -
         assert line.startswith("UNKNOWN stopped at the 3 s deadline while running `"), line
         assert len(line) < 80
         assert pids, "no fake tool was started"
-        time.sleep(0.5)
-        assert [pid for pid in pids if _alive(pid)] == [], "a hung tool outlived the check"
+        assert none_alive(pids) == [], "a hung tool outlived the check"
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
 
 
 def test_the_text_says_which_step_was_running_and_what_to_do(tmp_path: Path) -> None:
-    bin_dir = _hung_tools(tmp_path)
-    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        # 8 s: the collection gets what is left after the 3 s kept for analysis, so the hung command is the
-        # step its deadline cuts; a 2 s deadline left 1 s for analysis, which a loaded 2-core CI machine overran.
-        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", str(DEADLINE_S), "--node",
-         "gpu042"],
-        env=env, capture_output=True, text=True, timeout=90,
-    )
-    pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
+    # 8 s: the collection gets what is left after the 3 s kept for analysis, so the hung command is the
+    # step its deadline cuts; a 2 s deadline left 1 s for analysis, which a loaded 2-core CI machine overran.
+    result, pids = _check_with_hung_tools(tmp_path, "--deadline", str(DEADLINE_S))
     try:
         assert result.returncode == 3
         first = result.stdout.splitlines()[0]
@@ -85,11 +76,7 @@ def test_the_text_says_which_step_was_running_and_what_to_do(tmp_path: Path) -> 
         assert "check `dmesg | grep -i xid`" in first
         assert "checked in" in result.stdout
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
 
 
 
@@ -111,14 +98,7 @@ def test_a_check_cut_during_analysis_says_so_and_does_not_blame_a_hung_tool(monk
 def test_the_json_check_block_says_the_deadline_was_reached(tmp_path: Path) -> None:
     # A script that reads `check.timed_out` to find overruns must see this one, whichever layer stopped it:
     # the collection's deadline (the check still answered, `killed` false) or the kill of the whole check.
-    bin_dir = _hung_tools(tmp_path)
-    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [sys.executable, "-m", "k3diag", "check", "--root", str(ROOT), "--deadline", str(DEADLINE_S), "--node",
-         "gpu042", "--format", "json"],
-        env=env, capture_output=True, text=True, timeout=90,
-    )
-    pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
+    result, pids = _check_with_hung_tools(tmp_path, "--deadline", str(DEADLINE_S), "--format", "json")
     try:
         assert result.returncode == 3, result.stderr
         report = json.loads(result.stdout)
@@ -131,11 +111,7 @@ def test_the_json_check_block_says_the_deadline_was_reached(tmp_path: Path) -> N
         else:
             assert block["last_step"] == "analysis", block  # it answered after the collection was cut
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
 
 
 def test_sigterm_to_the_check_stops_its_child_and_the_hung_tools_at_once(tmp_path: Path) -> None:
@@ -153,20 +129,12 @@ def test_sigterm_to_the_check_stops_its_child_and_the_hung_tools_at_once(tmp_pat
         while time.monotonic() < end and not pids_file.exists():
             time.sleep(0.05)
         assert pids_file.exists(), "no fake tool was started"
-        signalled = time.monotonic()
-        process.terminate()
-        _, stderr = process.communicate(timeout=20)
-        took = time.monotonic() - signalled
-        pids = [int(p) for p in pids_file.read_text().split()]
+        stderr, took = signal_and_wait(process, signal.SIGTERM)
+        pids = _tool_pids(tmp_path)
         assert process.returncode == 143, stderr
         assert "Traceback" not in stderr, stderr
         assert took < 5, f"took {took:.1f} s"
-        time.sleep(0.5)
-        assert [pid for pid in pids if _alive(pid)] == [], "a hung tool outlived the check"
+        assert none_alive(pids) == [], "a hung tool outlived the check"
     finally:
         process.kill()
-        for pid in pids or ([int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids or _tool_pids(tmp_path))

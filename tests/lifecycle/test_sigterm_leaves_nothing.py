@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive, kill_all, none_alive, signal_and_wait
+
 REPO = Path(__file__).resolve().parents[2]
 NCCL_LOG = REPO / "fixtures" / "nccl" / "nccl-2.19-64ranks-init-complete.log"
 
@@ -37,12 +39,6 @@ main()
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"  # a zombie has ended (nobody reaped it yet)
-    except OSError:
-        return False
 
 
 def _wait_for(path: Path, seconds: float) -> list[int]:
@@ -69,23 +65,15 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
 def test_a_signal_to_the_main_process_stops_the_pool_workers_now(tmp_path: Path, signum: int, code: int) -> None:
     process, workers = _start(tmp_path)
     try:
-        signalled = time.monotonic()
-        process.send_signal(signum)
-        _, stderr = process.communicate(timeout=20)
-        took = time.monotonic() - signalled
+        stderr, took = signal_and_wait(process, signum)
         assert process.returncode == code, stderr
         assert "Traceback" not in stderr, stderr
         # the worker had 60 s of work left: stopped, not waited for
         assert took < 5, f"took {took:.1f} s to stop"
-        time.sleep(0.3)
-        assert [pid for pid in workers if _alive(pid)] == [], "a pool worker outlived k3diag"
+        assert none_alive(workers) == [], "a pool worker outlived k3diag"
     finally:
         process.kill()
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(workers)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
@@ -95,12 +83,8 @@ def test_a_killed_main_process_takes_its_workers_with_it(tmp_path: Path) -> None
         process.kill()  # SIGKILL: no handler, no clean-up in k3diag itself
         process.communicate(timeout=20)
         end = time.monotonic() + 5
-        while time.monotonic() < end and any(_alive(pid) for pid in workers):
+        while time.monotonic() < end and any(alive(pid) for pid in workers):
             time.sleep(0.05)
-        assert [pid for pid in workers if _alive(pid)] == [], "a pool worker outlived a killed k3diag"
+        assert [pid for pid in workers if alive(pid)] == [], "a pool worker outlived a killed k3diag"
     finally:
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(workers)
