@@ -186,11 +186,14 @@ def _json_start(lines: list[str]) -> int | None:
     return None
 
 
-def _load_json(text: str) -> tuple[Any, str | None]:
-    """The JSON value at the start of `text`, tolerating trailing commas and `...` lines."""
+def _load_json(text: str, first_line: int = 1) -> tuple[Any, str | None]:
+    """The JSON value at the start of `text` (line `first_line` of the file), tolerating trailing commas and
+    `...` lines; a problem names the file's line, not the document's."""
     decoder = json.JSONDecoder()
+    stripped = text.lstrip()
+    first_line += text[: len(text) - len(stripped)].count("\n")
     try:
-        value, _ = decoder.raw_decode(text.lstrip())
+        value, _ = decoder.raw_decode(stripped)
         return value, None
     except json.JSONDecodeError as exc:
         first_error = exc
@@ -200,7 +203,7 @@ def _load_json(text: str) -> tuple[Any, str | None]:
         value, _ = decoder.raw_decode(cleaned.lstrip())
         return value, "the JSON had trailing commas or `...` lines (a documentation copy?); read it leniently"
     except json.JSONDecodeError:
-        return None, f"not valid JSON: {first_error.msg} at line {first_error.lineno}"
+        return None, f"not valid JSON: {first_error.msg} at line {first_line + first_error.lineno - 1}"
 
 
 def _gpu_entries(value: Any) -> list[dict]:
@@ -242,7 +245,7 @@ class _LineFinder:
 
 def _parse_json(lines: list[str], start: int, first_line: int, input_name: str) -> AmdTopology:
     result = AmdTopology(tool=FORMAT)
-    value, problem = _load_json("\n".join(lines[start:]))
+    value, problem = _load_json("\n".join(lines[start:]), first_line + start)
     if problem:
         result.warnings.append(problem)
     entries = _gpu_entries(value)

@@ -125,3 +125,12 @@ def test_amd_smi_joins_gpus_already_known_by_bus_id() -> None:
     assert machine.link("GPU1", "GPU5").path == "PCIE"
     assert machine.gpus[1].bus_id == "0000:0c:00.0"
     assert 0 not in machine.gpus
+
+
+def test_a_json_error_names_the_files_line_not_the_documents() -> None:
+    # the JSON starts on line 2 (after the prompt): "at line 5" of the document is line 6 of the file
+    lines = (AMD / "amd-smi-topology-json-legacy-2gpu-pcie-changelog.txt").read_text().split("\n")
+    assert lines[5].strip().startswith('"')
+    lines[5] = '        "gpu": ,'
+    result = amd_smi.parse(Section("\n".join(lines), 1), "topo.txt")
+    assert "not valid JSON: Expecting value at line 6" in result.warnings
