@@ -153,6 +153,8 @@ def main() -> None:
 
         _say_output_failed(OUTPUT_FAILURES[0])
         outcome = SystemExit(EXIT_IOERR)
+    if outcome is not None and outcome.code == 64:
+        outcome = _plugin_usage_answer(sys.argv[1:]) or outcome
     if outcome is None:
         return
     if (isinstance(outcome.code, int) or outcome.code is None) and _is_the_program() \
@@ -163,6 +165,31 @@ def main() -> None:
         # before the handler runs, it would free all of the records first, the teardown this skips.
         atexit.register(_leave_now, int(outcome.code or 0), outcome)
     raise outcome
+
+
+def _plugin_usage_answer(argv: list[str]) -> SystemExit | None:
+    """`k3diag check --format nagios|npd` given a command line click refused (an unknown option, a bad
+    value): a monitoring plugin answers UNKNOWN with a status line, never an empty output (Nagios shows
+    "(No output returned from plugin)"). The errors the command finds itself answer so already."""
+    if not argv or argv[0] != "check":
+        return None
+    fmt = None
+    for index, arg in enumerate(argv):
+        if arg == "--format" and index + 1 < len(argv):
+            fmt = argv[index + 1]
+        elif arg.startswith("--format="):
+            fmt = arg.split("=", 1)[1]
+    if fmt not in ("nagios", "npd"):
+        return None
+    try:
+        if fmt == "nagios":
+            sys.stdout.write("K3DIAG UNKNOWN - k3diag check: wrong command line (its standard error says why)\n")
+        else:
+            sys.stdout.write("UNKNOWN k3diag check: wrong command line (see standard error)\n")
+        sys.stdout.flush()
+    except (OSError, OutputFailed):
+        pass
+    return SystemExit(3 if fmt == "nagios" else 2)
 
 
 # Commands that write nothing but standard output and standard error (no file, no bundle, no child left).

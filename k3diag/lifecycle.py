@@ -47,11 +47,28 @@ def terminate_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def sigterm_held() -> Iterator[None]:
+    """While forking: SIGTERM waits (blocked) and arrives once the fork is done. Raised inside the fork's own
+    hooks (logging's and multiprocessing's after-fork code), `Terminated` would be printed as "Exception
+    ignored" and lost, and the command would go on; the child unblocks it in `die_with_parent`."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a SIGTERM held meanwhile is delivered here
+
+
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
     """In a forked worker: the kernel sends `sig` when the parent dies, whatever killed it (SIGKILL too);
     SIGTERM is the default action again (the parent's `Terminated` handler was inherited by the fork, and
     a worker has nothing of its own to clean up). Linux only; elsewhere the parent's clean-up stops it."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL if sig == signal.SIGKILL else _raise_terminated)
+    if hasattr(signal, "pthread_sigmask"):  # forked under `sigterm_held`: this process takes SIGTERM again
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -185,9 +185,6 @@ def _child(request: CheckRequest, conn: Any, started: float, parent_pid: int) ->
     from k3diag.lifecycle import Terminated, die_with_parent, terminate_on_sigterm
 
     os.setpgrp()  # the parent kills this group at the deadline, whatever it spawned in it
-    # the parent killed (SIGKILL, or SIGTERM while it could not clean up): the kernel sends this process the
-    # SIGTERM the deadline would, so the commands it started stop with it
-    die_with_parent(parent_pid, signal.SIGTERM)
 
     def step(message: str) -> None:
         try:
@@ -199,6 +196,10 @@ def _child(request: CheckRequest, conn: Any, started: float, parent_pid: int) ->
         # The parent's SIGTERM at the deadline raises inside the running command, whose cleanup stops it
         # and every process it started (also those that left its group), before this process goes.
         with terminate_on_sigterm():
+            # the parent killed (SIGKILL, or SIGTERM while it could not clean up): the kernel sends this process
+            # the SIGTERM the deadline would, so the commands it started stop with it; a SIGTERM held since the
+            # fork arrives here, inside the `try`
+            die_with_parent(parent_pid, signal.SIGTERM)
             outcome = perform_check(request, step, started)
         conn.send(("done", json.dumps(outcome, default=str)))
     except Terminated:
@@ -248,8 +249,11 @@ def run_check(request: CheckRequest) -> tuple[dict, int, dict]:
                                                                 None)
     context = multiprocessing.get_context("fork")
     parent_conn, child_conn = context.Pipe(duplex=False)
+    from k3diag.lifecycle import sigterm_held
+
     process = context.Process(target=_child, args=(request, child_conn, started, os.getpid()), daemon=True)
-    process.start()
+    with sigterm_held():  # a SIGTERM during the fork arrives after it (the child unblocks it for itself)
+        process.start()
     child_conn.close()
     last_step: str | None = None
     result: tuple[str, str] | None = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from k3diag.fleet.shape import SHAPE_SCHEMA, shape_from_report
-from k3diag.lifecycle import die_with_parent, stop_workers
+from k3diag.lifecycle import die_with_parent, sigterm_held, stop_workers
 
 # A node report above this size is not a report k3diag wrote (one with 72 GPUs is a few MiB).
 MAX_REPORT_BYTES = 64 * 1024 * 1024
@@ -263,10 +263,11 @@ def _pooled_shapes(pool: ProcessPoolExecutor, chunks: list[list[FleetInput]], wi
     done = 0
     pending: dict[Future, list[FleetInput]] = {}
     queue = iter(chunks)
-    for chunk in queue:
-        pending[pool.submit(_shapes_of, chunk)] = chunk
-        if len(pending) >= window:
-            break
+    with sigterm_held():  # the first submit forks the workers
+        for chunk in queue:
+            pending[pool.submit(_shapes_of, chunk)] = chunk
+            if len(pending) >= window:
+                break
     while pending:
         finished, _ = wait(set(pending), return_when=FIRST_COMPLETED)
         for future in finished:

@@ -218,6 +218,8 @@ def _detected(sections: list[Section]) -> Iterator[tuple[Section, FormatSpec, st
         spec = detect(section.text, section.command)
         if spec is None or spec.name not in _READS_ITS_OWN_QUOTES:
             plain, what, label_host = unwrap_paste(section.text)
+            if what == _INDENT_ONLY and spec is not None and spec.name not in _READ_FROM_COLUMN_ZERO:
+                what = ""  # a recognized output its tool prints indented (nccl-tests, lspci -tv): read as it is
             if what:
                 offset = section.first_line - 1
                 host = section.host or label_host
@@ -232,6 +234,10 @@ def _detected(sections: list[Section]) -> Iterator[tuple[Section, FormatSpec, st
             yield section, spec, ""
 
 
+_INDENT_ONLY = "the indentation every line shared"
+# Recognized formats whose parser needs its block heads at column 0 (`GPU 00000000:1B:00.0` of `nvidia-smi -q`):
+# an indented paste of one is read again unindented; other recognized outputs are read as pasted
+_READ_FROM_COLUMN_ZERO = frozenset({"nvidia-smi-query"})
 # Parsers that take a reply's `> ` marks and an indentation off themselves and quote the lines as pasted
 _READS_ITS_OWN_QUOTES = frozenset({"nvidia-smi-topo-matrix", "nvidia-smi-topo-p2p", "lspci-vv", "dmesg"})
 

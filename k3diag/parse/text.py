@@ -186,7 +186,7 @@ def unwrap_paste(text: str) -> tuple[str, str, str | None]:
 # Fluent Bit, Loki), and/or a source label (`pdsh`/`clush` `host1: `, `srun --label` `3: `, `mpirun
 # --tag-output` `[1,0]<stdout>:`). The label must be the same on the lines it marks: a paste interleaving
 # two hosts is two machines' output, never unwrapped into one.
-_LOG_PREFIX = (r"^(?P<stamp>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+)?"
+_LOG_PREFIX = (r"^(?P<stamp>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?[ \t])?"
                r"(?P<label>(?:[A-Za-z0-9][\w.-]*|\[\d+,\d+\]<std(?:out|err)>):[ \t])?")
 
 
@@ -237,7 +237,7 @@ def _may_be_wrapped(text: str) -> bool:
             continue
         looked += 1
         first = line[0]
-        if first in "> \t" or (first.isalnum() and _LOG_PREFIX_RE.match(line).end()):
+        if first in "> \t" or ((first.isalnum() or first == "[") and _LOG_PREFIX_RE.match(line).end()):
             marked += 1
         if looked == 5:
             break

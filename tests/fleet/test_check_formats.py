@@ -165,3 +165,16 @@ def test_a_failure_that_fail_on_never_lets_pass_says_why_it_passes() -> None:
     line = render_nagios(report, 0, {"elapsed_s": 0.4, "deadline_s": 30})
     assert line.startswith("K3DIAG OK - gpu004: pcie-width-below-max GPU2: GPU2 link runs at x8 of x16 "
                            "(passes: --fail-on does not count it) | failures=1"), line
+
+
+def test_an_option_click_refuses_under_nagios_is_an_unknown_status_line_too() -> None:
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for args, code, head in ((["--format", "nagios", "--bogus"], 3, "K3DIAG UNKNOWN - k3diag check: "),
+                             (["--format=npd", "--deadline", "abc"], 2, "UNKNOWN k3diag check: ")):
+        done = subprocess.run([sys.executable, "-m", "k3diag", "check", *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert done.returncode == code and done.stdout.startswith(head), (args, done.stdout, done.stderr)
+        assert "Error" in done.stderr  # click's sentence stays on standard error

@@ -31,7 +31,8 @@ def _indented(text: str) -> str:
 
 
 def _facts(machine) -> tuple:
-    return ([i.format for i in machine.inputs], len(machine.gpus), len(machine.links), len(machine.fabric.ib_ports)
+    gpus = sorted(machine.gpus.values() if isinstance(machine.gpus, dict) else machine.gpus, key=lambda g: g.index)
+    return ([i.format for i in machine.inputs], [(g.index, g.name, g.memory_total_mib) for g in gpus], len(machine.links), len(machine.fabric.ib_ports)
             if hasattr(machine.fabric, "ib_ports") else None, len(machine.extras.get("serving_runs", []) or [])
             if hasattr(machine, "extras") else None)
 
@@ -70,10 +71,17 @@ def _labelled(host: str):
     return wrap
 
 
+def _tagged(text: str) -> str:  # `mpirun --tag-output`, one rank
+    return "\n".join(f"[1,0]<stdout>: {line}" for line in text.split("\n"))
+
+
 @pytest.mark.parametrize("name", ["nvidia/topo-m-2gpu-nv2-numa-na.txt", "amd/rocm-smi-showtoponuma-mi210-8gpu-nps4.txt",
-                                  "nvidia/smi-q-d-4x-rtx-pro-6000-580-cuda-not-found-vgpu-excerpt.txt"])
+                                  "nvidia/smi-q-d-4x-rtx-pro-6000-580-cuda-not-found-vgpu-excerpt.txt",
+                                  # nested fields: the stamp's one separator goes, the indentation stays
+                                  "nvidia/smi-q-2x3090-560.txt"])
 @pytest.mark.parametrize("wrap, said", [(_stamped, "the time stamp before each line"),
-                                        (_labelled("gpu042"), "the `gpu042:` label before each line")])
+                                        (_labelled("gpu042"), "the `gpu042:` label before each line"),
+                                        (_tagged, "the `[1,0]<stdout>:` label before each line")])
 def test_a_log_collectors_prefix_is_taken_off(name: str, wrap, said: str) -> None:
     text = (FIXTURES / name).read_text()
     plain = build_machine([Evidence(name="paste.txt", data=text.encode())])
@@ -97,3 +105,11 @@ def test_a_pdsh_label_names_the_machine_so_two_nodes_stay_apart() -> None:
     machines = build_machines([Evidence(name="a.txt", data=_labelled("gpu042")(text).encode()),
                                Evidence(name="b.txt", data=_labelled("gpu043")(text).encode())])
     assert len(machines.machines) == 2, [m.inputs for m in machines.machines]
+
+
+@pytest.mark.parametrize("name", ["bench/nccl-tests-8xa100-no-group-all-bus-0x00-nccl583.txt",
+                                  "fabric/query-fabric-in-progress-b200-gpu-operator2511.txt",
+                                  "pcie/lspci-tv-amd-mi100-rccl-547.txt"])
+def test_an_output_its_tool_prints_indented_is_read_as_pasted(name: str) -> None:
+    machine = build_machine([Evidence(name="out.txt", data=(FIXTURES / name).read_bytes())])
+    assert not any("read without" in w for i in machine.inputs for w in i.warnings)

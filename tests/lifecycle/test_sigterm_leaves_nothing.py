@@ -88,3 +88,34 @@ def test_a_killed_main_process_takes_its_workers_with_it(tmp_path: Path) -> None
         assert [pid for pid in workers if alive(pid)] == [], "a pool worker outlived a killed k3diag"
     finally:
         kill_all(workers)
+
+
+# The parent's after-fork moment widened to half a second (a hook registered as logging's own is), so a
+# SIGTERM lands inside it every time: raised there, it was printed as "Exception ignored" and lost.
+_SLOW_FORK = """
+import os, time
+def slow_after_fork_in_parent():
+    open(os.environ["FORKED"], "w").write("x")
+    time.sleep(0.5)
+os.register_at_fork(after_in_parent=slow_after_fork_in_parent)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_a_sigterm_during_the_fork_is_not_lost(tmp_path: Path) -> None:
+    forked, pids = tmp_path / "forked", tmp_path / "pids"
+    env = dict(os.environ, PYTHONPATH=str(REPO), LOG=str(NCCL_LOG), PIDS=str(pids), FORKED=str(forked))
+    process = subprocess.Popen([sys.executable, "-c", _SLOW_FORK + _BUSY_WORKERS], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 30
+        while not forked.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert forked.exists(), "the pool never forked"
+        stderr, took = signal_and_wait(process, signal.SIGTERM)
+        assert process.returncode == 143, stderr
+        assert "Exception ignored" not in stderr and "Traceback" not in stderr, stderr
+        assert took < 10, f"took {took:.1f} s"
+    finally:
+        process.kill()
+        kill_all([int(p) for p in pids.read_text().split()] if pids.exists() else [])

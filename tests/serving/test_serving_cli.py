@@ -157,3 +157,19 @@ def test_a_replica_whose_requests_all_failed_is_left_out_not_ranked_best(tmp_pat
     latency_rows = [line for line in out.splitlines() if line.startswith("TP2 GPUs 0,1") and "TTFT" not in line
                     and "file" not in line]
     assert latency_rows and all("0.0/0.0/0.0" not in line for line in latency_rows), latency_rows
+
+
+def test_a_run_with_failures_and_no_completed_count_is_not_called_all_failed() -> None:
+    from k3diag.analyze.serving.compare import compare
+    from k3diag.model.serving import RunLayout, ServingRun
+    from k3diag.model.source import SourceRef
+
+    def run(tp: int, requests, failed) -> ServingRun:
+        return ServingRun(tool="serving-result-text", input=f"tp{tp}.txt", source=SourceRef(f"tp{tp}.txt", 1, "x"),
+                          model="m", requests=requests, failed=failed, concurrency=8, output_tok_per_s=100.0 * tp,
+                          layout=RunLayout(tp=tp, gpus=list(range(tp)), source="file"))
+
+    result = compare([run(1, None, 12), run(2, 100, 0)])  # a pasted block without its "Successful requests"
+    assert not any("every request failed" in why for _, why in result.excluded), result.excluded
+    result = compare([run(1, 0, 12), run(2, 100, 0)])
+    assert any("every request failed" in why for _, why in result.excluded)

@@ -219,7 +219,7 @@ def compare(runs: list[ServingRun], slo: Slo | None = None) -> Comparison:
                                          "or a k3diag-run.toml beside the file)"))
         elif run.output_tok_per_s is None:
             result.excluded.append((run, "it recorded no output throughput"))
-        elif run.failed and not run.requests:
+        elif run.failed and run.requests == 0:  # none completed (an unknown count is not zero)
             # a layout that served nothing must not win, or count in an average of replicas, with its zeros
             result.excluded.append((run, "every request failed (none completed); fix the server (its log says why) "
                                          "and measure it again"))

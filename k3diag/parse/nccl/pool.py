@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from k3diag.gcpause import collector_paused
-from k3diag.lifecycle import die_with_parent, stop_workers
+from k3diag.lifecycle import die_with_parent, sigterm_held, stop_workers
 from k3diag.parse.nccl import patterns as P
 from k3diag.parse.nccl import chunks
 from k3diag.parse.nccl.chunks import whole_line_chunks
@@ -72,8 +72,9 @@ def _run_parts(path: Path, input_name: str, parts: list[tuple[int, int]]) -> lis
     with ProcessPoolExecutor(max_workers=len(parts) - 1, mp_context=context, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
         try:
-            futures = [pool.submit(_parse_part, str(path), input_name, start, end, index > 0)
-                       for index, (start, end) in enumerate(parts) if index > 0]
+            with sigterm_held():  # the first submit forks the workers
+                futures = [pool.submit(_parse_part, str(path), input_name, start, end, index > 0)
+                           for index, (start, end) in enumerate(parts) if index > 0]
             first = _parse_part(str(path), input_name, parts[0][0], parts[0][1], False)
             return [first] + [future.result() for future in futures]
         except BaseException:
