@@ -169,8 +169,7 @@ def main() -> None:
 
 def _plugin_usage_answer(argv: list[str]) -> SystemExit | None:
     """`k3diag check --format nagios|npd` given a command line click refused (an unknown option, a bad
-    value): a monitoring plugin answers UNKNOWN with a status line, never an empty output (Nagios shows
-    "(No output returned from plugin)"). The errors the command finds itself answer so already."""
+    value): the UNKNOWN answer `usage_answer` gives the errors the command finds itself."""
     if not argv or argv[0] != "check":
         return None
     fmt = None
@@ -181,15 +180,15 @@ def _plugin_usage_answer(argv: list[str]) -> SystemExit | None:
             fmt = arg.split("=", 1)[1]
     if fmt not in ("nagios", "npd"):
         return None
+    from k3diag.render.check_formats import usage_answer
+
+    line, code = usage_answer(fmt, "wrong command line (its standard error says why)")
     try:
-        if fmt == "nagios":
-            sys.stdout.write("K3DIAG UNKNOWN - k3diag check: wrong command line (its standard error says why)\n")
-        else:
-            sys.stdout.write("UNKNOWN k3diag check: wrong command line (see standard error)\n")
+        sys.stdout.write(line)
         sys.stdout.flush()
     except (OSError, OutputFailed):
         pass
-    return SystemExit(3 if fmt == "nagios" else 2)
+    return SystemExit(code)
 
 
 # Commands that write nothing but standard output and standard error (no file, no bundle, no child left).

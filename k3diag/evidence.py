@@ -77,12 +77,12 @@ def open_input(path: Path, *, allow_stream: bool = False, follow_links: bool = T
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise _sentence_for(name, exc) from None
+        raise input_error_for(name, exc) from None
     try:
         info = os.fstat(fd)
     except OSError as exc:
         os.close(fd)
-        raise _sentence_for(name, exc) from None
+        raise input_error_for(name, exc) from None
     mode = info.st_mode
     if stat.S_ISREG(mode):
         _set_blocking(fd)
@@ -128,7 +128,8 @@ def _set_blocking(fd: int) -> None:
         pass
 
 
-def _sentence_for(name: str, exc: OSError) -> InputError:
+def input_error_for(name: str, exc: OSError) -> InputError:
+    """The one sentence every command gives for a path `name` that `exc` says it cannot open or read."""
     code = exc.errno or errno.EIO
     if code == errno.ENOENT:
         if os.path.islink(name):

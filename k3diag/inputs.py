@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from k3diag.evidence import MAX_TEXT_BYTES, Evidence, InputError, _sentence_for, open_input, read_stream
+from k3diag.evidence import MAX_TEXT_BYTES, Evidence, InputError, input_error_for, open_input, read_stream
 from k3diag.model.machine import InputRecord, Machine, MachineSet
 from k3diag.model.words import counted
 
@@ -48,7 +48,7 @@ def evidence_from_paths(paths: list[Path], stdin: BinaryIO | None = None,
         try:
             os.lstat(path)
         except OSError as exc:
-            unusable.append(str(_sentence_for(os.path.abspath(name), exc)))
+            unusable.append(str(input_error_for(os.path.abspath(name), exc)))
             continue
         first = given.first_time(path, name)
         if first is None:

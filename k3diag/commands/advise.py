@@ -57,13 +57,13 @@ def _machine_from_paths(paths: list[Path]) -> tuple[Any, list[str]]:
         from k3diag.inputs import load_machine
     except ImportError:
         _fail("reading hardware from files needs k3diag.inputs, which this installation lacks; pass --gpu and --count.")
+    from k3diag.commands._inputs import exit_unusable_paths
     from k3diag.inputs import InputPathError
 
     try:
         return load_machine(paths)
     except InputPathError as exc:  # each sentence names the full path
-        _fail("; ".join(exc.sentences))
-        raise
+        exit_unusable_paths(exc, "advise")
     except Exception as exc:  # reading is another module's job; its failure is one sentence here
         _fail(f"could not read {', '.join(str(p) for p in paths)}: {exc}.")
         raise

@@ -64,8 +64,10 @@ def register(app: typer.Typer) -> None:
             else:  # O_NONBLOCK: a FIFO with no writer yet must not hang here
                 os.close(os.open(bundle, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
         except OSError as exc:
-            typer.echo(f"k3diag audit: {safe_message(os.path.abspath(bundle))} cannot be read "
-                       f"({(exc.strerror or str(exc)).lower()}); check its permissions or run as its owner", err=True)
+            from k3diag.evidence import input_error_for
+
+            # the sentence every command gives for a path it cannot read
+            typer.echo(f"k3diag audit: {safe_message(input_error_for(os.path.abspath(bundle), exc))}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         try:
             report = audit_bundle(bundle, model=model, spec_path=expect)

@@ -39,16 +39,12 @@ def register(app: typer.Typer) -> None:
 
         def usage(message: str) -> None:
             typer.echo(f"k3diag check: {message}", err=True)
-            if output_format == "nagios":
-                # a plugin given wrong arguments answers UNKNOWN with a status line (Nagios plugin guidelines):
-                # an empty output reads "(No output returned from plugin)" on the dashboard
-                sys.stdout.write(f"K3DIAG UNKNOWN - k3diag check: {message}\n")
-                raise typer.Exit(EXIT_UNKNOWN)
-            if output_format == "npd":
-                from k3diag.render.check_formats import NPD_MAX_LINE, NPD_UNKNOWN
+            from k3diag.render.check_formats import usage_answer
 
-                sys.stdout.write(f"UNKNOWN {message}"[:NPD_MAX_LINE] + "\n")
-                raise typer.Exit(NPD_UNKNOWN)
+            answer = usage_answer(output_format, message)  # nagios and npd answer UNKNOWN on stdout too
+            if answer is not None:
+                sys.stdout.write(answer[0])
+                raise typer.Exit(answer[1])
             raise typer.Exit(EXIT_USAGE)
 
         if output_format not in FORMATS:

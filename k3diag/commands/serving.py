@@ -58,12 +58,13 @@ def register(app: typer.Typer) -> None:
         from k3diag.analyze.serving.report import build_report
         from k3diag.inputs_serving import load_serving
 
+        from k3diag.commands._inputs import exit_unusable_paths
         from k3diag.inputs import InputPathError, load_machine
 
         try:
             loaded = load_serving(list(results))
         except InputPathError as exc:  # a path that cannot be read: named, exit 64, as analyze does
-            _fail("; ".join(exc.sentences))
+            exit_unusable_paths(exc, "serving")
         machine = loaded.machine
         machine_source = None
         warnings = list(loaded.warnings)
@@ -71,7 +72,7 @@ def register(app: typer.Typer) -> None:
             try:
                 evidence_machine, errors = load_machine(list(from_paths))
             except InputPathError as exc:
-                _fail("; ".join(exc.sentences))
+                exit_unusable_paths(exc, "serving")
             warnings.extend(errors)
             # Engine logs and P2P caches given with the results explain the runs too.
             for key in ("serving_engines", "vllm_p2p_caches"):

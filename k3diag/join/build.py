@@ -158,15 +158,14 @@ def _parse_evidence(item: Evidence) -> Iterator[ParsedInput]:
     head_text = head.decode(item.encoding, errors="replace")
     # a compressed file by its magic number first: a short or very compressible one may not look binary
     compressed = compressed_kind(head)
-    if compressed is not None and head.startswith(b"BZh") and head[4:10] != b"1AY&SY":
-        compressed = None  # `BZh` is also text ("BZhello"): a bzip2 stream has its block magic next
     if compressed is not None or looks_binary(head if item.encoding == "utf-8" else head_text.encode("utf-8")):
         record = InputRecord(path=item.name, format="unknown", size_bytes=size, command=item.command)
-        if compressed is not None and size is not None and size <= len(head) and _gzip_cut(head):
-            # the whole file is in `head`, and its gzip stream stops short: unpacking it would fail too
+        cut = _stream_cut(head) if compressed is not None and size is not None and size <= len(head) else None
+        if cut is not None:
+            # the whole file is in `head`, and its stream stops short: unpacking it would fail too
             record.warnings.append(
-                f"{item.name} is gzip-compressed but ends early or is corrupt ({size} bytes; a cut download or "
-                "copy?); copy it again, `gzip -t` checks it"
+                f"{item.name} is {compressed[0]} but ends early or is corrupt ({size} bytes; a cut download or "
+                f"copy?); copy it again, `{cut} -t` checks it"
             )
         elif compressed is not None:
             kind, unpack = compressed
@@ -343,18 +342,21 @@ def _run_parser(spec: FormatSpec, call, item: Evidence, record: InputRecord, not
     return ParsedInput(record, spec=spec, result=result, note=note)
 
 
-def _gzip_cut(data: bytes) -> bool:
-    """Whether `data` (a whole file) starts a gzip stream that does not end within it."""
-    import zlib
+def _stream_cut(data: bytes) -> str | None:
+    """The tool that tests it (`gzip`, `bzip2`, `xz`) when `data`, a whole file, starts a compressed stream
+    that does not end within it; None when the stream is whole or not one the bundle reader knows."""
+    import io
 
-    if not data.startswith(b"\x1f\x8b"):
-        return False
-    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    from k3diag.bundle.detect import compression_of, decompressor
+
+    kind = compression_of(data)
+    if kind is None:
+        return None
     try:
-        for start in range(0, len(data), 1 << 16):  # bounded output per step: a small bomb stays small
-            inflater.decompress(data[start:start + (1 << 16)], 1 << 20)
-            if inflater.eof:
-                return False
-    except zlib.error:
-        return True
-    return not inflater.eof
+        with decompressor(kind, io.BytesIO(data)) as stream:
+            for _ in range(64):  # at most 64 MiB out: a small bomb stays small (and is no cut file)
+                if not stream.read(1 << 20):
+                    break
+    except Exception:  # EOFError (cut), BadGzipFile, zlib/lzma errors, OSError: all say the stream is damaged
+        return kind
+    return None

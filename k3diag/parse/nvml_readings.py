@@ -160,9 +160,13 @@ def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:
         result.warnings.append("a device reading without an index was skipped")
         return None
     index = _int(raw["index"])
-    _say_bad_counts(raw, index, result)
     pcie = raw.get("pcie") if isinstance(raw.get("pcie"), dict) else {}
     links = raw.get("nvlinks") if isinstance(raw.get("nvlinks"), list) else []
+    memory_total_mib = _reading(raw.get("memory_total_mib"), 1, f"GPU{index}: memory_total_mib", "a size in MiB", result)
+
+    def pcie_count(key: str) -> int | None:  # 0 stays: a link NVML reads as down
+        return _reading(pcie.get(key), 0, f"GPU{index}: pcie.{key}", "a count", result)
+
     device = NvmlDevice(
         index=index,
         name=_str(raw.get("name")),
@@ -171,54 +175,42 @@ def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:
         numa_node=_int(raw.get("numa_node")),
         gpu_numa_id=_int(raw.get("gpu_numa_id")),
         cpu_affinity=_str(raw.get("cpu_affinity")),
-        gen_current=_count(pcie.get("gen_current")),
-        gen_max=_count(pcie.get("gen_max")),
+        gen_current=pcie_count("gen_current"),
+        gen_max=pcie_count("gen_max"),
         gen_device_max=_int(pcie.get("gen_device_max")),
-        width_current=_count(pcie.get("width_current")),
-        width_max=_count(pcie.get("width_max")),
+        width_current=pcie_count("width_current"),
+        width_max=pcie_count("width_max"),
         performance_state=_str(raw.get("performance_state")),
-        memory_total_mib=_positive(raw.get("memory_total_mib")),
+        memory_total_mib=memory_total_mib,
         nvlinks_active=sum(1 for link in links if isinstance(link, dict) and link.get("active")) if links else None,
         nvlinks_total=len(links) if links else None,
     )
     device.nvlinks = [link for link in links if isinstance(link, dict) and _int(link.get("link")) is not None]
     device.fabric = raw.get("fabric") if isinstance(raw.get("fabric"), dict) else None
-    device.source = cite(f"NVML device {index}: {device.name} at {device.bus_id}")
-    device.pcie_source = cite(
-        f"GPU{index} nvmlDeviceGetCurrPcieLinkGeneration={device.gen_current} "
-        f"nvmlDeviceGetMaxPcieLinkGeneration={device.gen_max} "
-        f"nvmlDeviceGetCurrPcieLinkWidth={device.width_current} nvmlDeviceGetMaxPcieLinkWidth={device.width_max} "
-        f"nvmlDeviceGetPerformanceState={device.performance_state}"
-    )
+    named = " at ".join(part for part in (device.name, device.bus_id) if part)
+    device.source = cite(f"NVML device {index}" + (f": {named}" if named else ""))
+    # the readings as the file gives them (a damaged one quoted, not as the "None" it was read as); one
+    # the file lacks is left out
+    calls = (("nvmlDeviceGetCurrPcieLinkGeneration", pcie.get("gen_current")),
+             ("nvmlDeviceGetMaxPcieLinkGeneration", pcie.get("gen_max")),
+             ("nvmlDeviceGetCurrPcieLinkWidth", pcie.get("width_current")),
+             ("nvmlDeviceGetMaxPcieLinkWidth", pcie.get("width_max")),
+             ("nvmlDeviceGetPerformanceState", raw.get("performance_state")))
+    device.pcie_source = cite(" ".join([f"GPU{index}"] + [f"{call}={value}" for call, value in calls
+                                                          if value is not None]))
     return device
 
 
-# Readings NVML gives as counts or sizes: a value of another type, or out of range, is not a reading (a
-# hand-edited or damaged file) and is said, not used (a GPU of -5 MiB made advise plan for -0.0 GiB)
-_POSITIVE_KEYS = ("memory_total_mib",)
-_COUNT_KEYS = (("pcie", "gen_current"), ("pcie", "gen_max"), ("pcie", "width_current"), ("pcie", "width_max"))
-
-
-def _say_bad_counts(raw: dict, index: int | None, result: NvmlReadingsResult) -> None:
-    for key in _POSITIVE_KEYS:
-        value = raw.get(key)
-        if value is not None and _positive(value) is None:
-            result.warnings.append(f"GPU{index}: {key} is {value!r}, not a size in MiB; ignored")
-    for group, key in _COUNT_KEYS:
-        block = raw.get(group)
-        value = block.get(key) if isinstance(block, dict) else None
-        if value is not None and _count(value) is None:  # 0 stays: a link NVML reads as down
-            result.warnings.append(f"GPU{index}: {group}.{key} is {value!r}, not a count; ignored")
-
-
-def _positive(value: Any) -> int | None:
+def _reading(value: Any, minimum: int, where: str, kind: str, result: NvmlReadingsResult) -> int | None:
+    """A count or size NVML gives, when it is an integer of at least `minimum`. A value of another type, or
+    out of range, is not a reading (a hand-edited or damaged file): said, naming `where`, and not used (a GPU
+    of -5 MiB made advise plan for -0.0 GiB)."""
     number = _int(value)
-    return number if number is not None and number > 0 else None
-
-
-def _count(value: Any) -> int | None:
-    number = _int(value)
-    return number if number is not None and number >= 0 else None
+    if number is not None and number >= minimum:
+        return number
+    if value is not None:
+        result.warnings.append(f"{where} is {value!r}, not {kind}; ignored")
+    return None
 
 
 def _list(value: Any, name: str, result: NvmlReadingsResult) -> list:

@@ -6,6 +6,7 @@ tabs become spaces, lines get a `$ ` prompt in front, Windows line endings creep
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from k3diag.evidence import C0_BYTES, has_c0_controls  # noqa: F401  (C0_BYTES re-exported)
@@ -145,87 +146,79 @@ _SAMPLE_LINES = 400
 def unwrap_paste(text: str) -> tuple[str, str, str | None]:
     """A whole paste without what the medium added, the line count kept (line numbers still point into
     the file), and what was taken off in words ('' when nothing was): the `> ` marks of an e-mail reply
-    when most lines carry them (`unquote_reply`'s rule), and an indentation every non-blank line shares
-    (a forum post, a ticket or a mail that indented the output by four spaces). Judged on the first lines
-    first, so a big output pays one look at its head. The third value is the host a `pdsh`/`clush` label
-    names (`gpu042: ` before every line), else None."""
-    taken = []
-    host = None
+    when most lines carry them (`unquote_reply`'s rule), a log collector's prefix (`_LOG_PREFIX`), and an
+    indentation every non-blank line shares (a forum post, a ticket or a mail that indented the output by
+    four spaces). Each is judged on the first lines, then on all of them, so a big output pays one look at
+    its head. The third value is the host a `pdsh`/`clush` label names (`gpu042: ` before every line)."""
     if not _may_be_wrapped(text):
         return text, "", None
-    head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
-    if unquote_reply(head)[1]:
+    taken = []
+    host = None
+    if unquote_reply(_head(text))[1]:
         lines, quoted = unquote_reply(text.split("\n"))
         if quoted:
             text = "\n".join(lines)
             taken.append("the `> ` marks of an e-mail reply")
-            head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
-    marked, with_label = _prefixed_share(head)
-    if marked:
+    if _prefixed_share(list(map(_LOG_PREFIX_RE.match, _head(text))))[0]:
         lines = text.split("\n")
-        if _prefixed_share(lines) == (marked, with_label):
-            if with_label:
-                label = next(m.group("label") for m in map(_LOG_PREFIX_RE.match, lines) if m.group("label"))
-                name = label.strip()[:-1]
-                if not name.isdigit() and not name.startswith("[") and _HOST_LABEL_RE.match(name):
-                    host = name
-            text = "\n".join(_strip_prefix(line, with_label) for line in lines)
+        matches = list(map(_LOG_PREFIX_RE.match, lines))  # one match per line, for the share and the cut
+        marked, label = _prefixed_share(matches)
+        if marked:
+            name = label.strip()[:-1]
+            if label and not name.isdigit() and _HOST_LABEL_RE.match(name):
+                host = name
+            ends = [m.end() if label or not m.group("label") else m.start("label") for m in matches]
+            text = "\n".join(line[end:] for line, end in zip(lines, ends))
             taken.append(marked)
-            head = text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
-    indent = _shared_indent(head)
-    if indent:
+    if _shared_indent(_head(text)):
         lines = text.split("\n")
-        if _shared_indent(lines) == indent:
-            width = len(indent)
+        width = len(_shared_indent(lines))
+        if width:
             text = "\n".join(line[width:] for line in lines)
             taken.append("the indentation every line shared")
     return text, " and ".join(taken), host
 
 
+def _head(text: str) -> list[str]:
+    return text[:65536].split("\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
+
+
 # What a log collector puts before each line it relays: an RFC 3339 time (`kubectl logs --timestamps`,
-# Fluent Bit, Loki), and/or a source label (`pdsh`/`clush` `host1: `, `srun --label` `3: `, `mpirun
-# --tag-output` `[1,0]<stdout>:`). The label must be the same on the lines it marks: a paste interleaving
-# two hosts is two machines' output, never unwrapped into one.
+# Fluent Bit, Loki) and its one separator, and/or a source label (`pdsh`/`clush` `host1: `, `srun --label`
+# `3: `, `mpirun --tag-output` `[1,0]<stdout>:`). The label must be the same on the lines it marks: a paste
+# interleaving two hosts is two machines' output, never unwrapped into one.
 _LOG_PREFIX = (r"^(?P<stamp>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?[ \t])?"
                r"(?P<label>(?:[A-Za-z0-9][\w.-]*|\[\d+,\d+\]<std(?:out|err)>):[ \t])?")
-
-
 _LOG_PREFIX_RE = lazy(_LOG_PREFIX)
 # a label that can be a host name: letters first, with a digit or a dash (`gpu042`, `node-a`), not a word
-# (`Note: `, `Error: ` before every line of a pasted message are not hosts)
+# (`Note: `, `Error: ` before every line of a pasted message are not hosts), nor `[1,0]<stdout>`
 _HOST_LABEL_RE = lazy(r"[A-Za-z][A-Za-z0-9-]*[0-9-][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*$")
 
 
-def _prefixed_share(lines: list[str]) -> tuple[str, bool]:
+def _prefixed_share(matches: list) -> tuple[str, str]:
     """In words, the per-line prefix most non-blank lines carry ('' when not so; see `_LOG_PREFIX`), and
-    whether its label goes too (only a label the lines share)."""
+    the label that goes with it ('' when only the time stamps go: the lines do not share one label).
+    `matches`: `_LOG_PREFIX_RE.match` of each line."""
     filled = stamped = 0
     labels: dict[str, int] = {}
-    for line in lines:
-        if not line.strip():
-            continue
+    for match in matches:
+        if not match.string.strip():
+            continue  # a blank line
         filled += 1
-        match = _LOG_PREFIX_RE.match(line)
         if match.group("stamp"):
             stamped += 1
         label = match.group("label")
         if label:
             labels[label] = labels.get(label, 0) + 1
     if filled < 3:
-        return "", False
-    label, count = max(labels.items(), key=lambda item: item[1]) if labels else ("", 0)
-    shared = count * 5 >= filled * 4 and len(labels) == 1
+        return "", ""
+    label, count = next(iter(labels.items())) if len(labels) == 1 else ("", 0)
+    shared = label if count * 5 >= filled * 4 else ""
     if stamped * 5 >= filled * 4:
-        return "the time stamp" + (f" and the `{label.strip()}` label" if shared else "") + " before each line", shared
+        return "the time stamp" + (f" and the `{shared.strip()}` label" if shared else "") + " before each line", shared
     if shared:
-        return f"the `{label.strip()}` label before each line", True
-    return "", False
-
-
-def _strip_prefix(line: str, with_label: bool) -> str:
-    match = _LOG_PREFIX_RE.match(line)
-    end = match.end() if with_label or not match.group("label") else match.start("label")
-    return line[end:] if end else line
+        return f"the `{shared.strip()}` label before each line", shared
+    return "", ""
 
 
 def _may_be_wrapped(text: str) -> bool:
@@ -246,25 +239,8 @@ def _may_be_wrapped(text: str) -> bool:
 
 def _shared_indent(lines: list[str]) -> str:
     """The run of spaces (or tabs) that begins every non-blank line, when there are at least three; ''."""
-    shared: str | None = None
-    filled = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        filled += 1
-        lead = line[: len(line) - len(line.lstrip(" \t"))]
-        if shared is None:
-            shared = lead
-        elif not lead.startswith(shared):
-            common = 0
-            for a, b in zip(shared, lead):
-                if a != b:
-                    break
-                common += 1
-            shared = shared[:common]
-        if not shared:
-            return ""
-    return shared if shared and filled >= 3 else ""
+    leads = [line[: len(line) - len(line.lstrip(" \t"))] for line in lines if line.strip()]
+    return os.path.commonprefix(leads) if len(leads) >= 3 else ""
 
 
 def split_lines(text: str) -> list[str]:
@@ -311,9 +287,10 @@ _COMPRESSED = (
 
 
 def compressed_kind(head: bytes) -> tuple[str, str] | None:
-    """(what it is, the command that unpacks it) for a compressed file, from its magic number."""
+    """(what it is, the command that unpacks it) for a compressed file, from its magic number. `BZh` is also
+    text ("BZhello"): a bzip2 stream says so only with its block magic after the level digit."""
     for magic, kind, command in _COMPRESSED:
-        if head.startswith(magic):
+        if head.startswith(magic) and (magic != b"BZh" or head[4:10] == b"1AY&SY"):
             return kind, command
     return None
 

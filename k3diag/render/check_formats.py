@@ -155,13 +155,26 @@ def npd_exit_code(code: int) -> int:
     return NPD_UNKNOWN
 
 
-def render_npd(report: dict, code: int, timing: dict) -> str:
-    state = _STATE.get(code, "UNKNOWN")
-    line = f"{state} {headline(report, code, short=True)}"
+def usage_answer(output_format: str, message: str) -> tuple[str, int] | None:
+    """A monitoring plugin's answer to a wrong command line, (its status line, its exit code), for the
+    nagios and npd formats (None for the others): UNKNOWN with a status line (Nagios plugin guidelines),
+    never an empty output, which Nagios shows as "(No output returned from plugin)"."""
+    if output_format == "nagios":
+        return f"K3DIAG UNKNOWN - k3diag check: {message}\n", EXIT_UNKNOWN
+    if output_format == "npd":
+        return _npd_line(f"UNKNOWN k3diag check: {message}"), NPD_UNKNOWN
+    return None
+
+
+def _npd_line(line: str) -> str:
     line = " ".join(line.split())
     if len(line) > NPD_MAX_LINE:
         line = line[: NPD_MAX_LINE - 3].rstrip() + "..."
     return line + "\n"
+
+
+def render_npd(report: dict, code: int, timing: dict) -> str:
+    return _npd_line(f"{_STATE.get(code, 'UNKNOWN')} {headline(report, code, short=True)}")
 
 
 def render_nhc(report: dict, code: int, timing: dict) -> str:
