@@ -18,6 +18,11 @@ both alike. Cases (the targets of issue 13 in brackets):
            outputs, each against the 8-GPU one [72: at most 4x, 144: at most 20x]
   audit    `k3diag audit EXAMPLE --model k3` of the packaged example bundle, against
            `python -c "import typer"` [at most 4x]
+  sections (only when asked: `--only sections`) one file of many 8-GPU `nvidia-smi topo -m` sections,
+           each naming no host (one machine read many times) or each after a prompt naming its own
+           host (`pdsh -a nvidia-smi topo -m` of a fleet: one machine per section), N and 10 N sections
+           (`--sections N`, default 1,000 and 500 hosts), the larger against the smaller [at most 12x:
+           linear; grouping the sections was quadratic, 10,000 sections took minutes]
 
 The generated inputs are written to a temporary folder (`--keep DIR` keeps them). NCCL logs have
 their own benchmark, `bench_nccl_log.py`.
@@ -248,12 +253,34 @@ def bench_audit(repeat: int) -> None:
     report("audit", alternate(cases, repeat), labels[0], {labels[1]: 4.0})
 
 
+def topo_sections(count: int, hosts: bool) -> str:
+    """`count` 8-GPU `topo -m` outputs in one file; with `hosts`, each after a prompt naming its own host."""
+    section = topo_matrix(8)
+    if not hosts:
+        return section * count
+    return "".join(f"root@gpu{index:05d}:~# nvidia-smi topo -m\n{section}" for index in range(count))
+
+
+def bench_sections(repeat: int, count: int, folder: Path) -> None:
+    for hosts, smaller in ((False, count), (True, max(1, count // 2))):
+        cases = {}
+        for sections in (smaller, smaller * 10):
+            path = folder / f"topo-m-{sections}-sections{'-hosts' if hosts else ''}.txt"
+            path.write_text(topo_sections(sections, hosts))
+            what = "hosts" if hosts else "sections naming no host"
+            cases[f"k3diag analyze, {sections:,} {what} --json"] = (k3diag("analyze", str(path), "--json"), False)
+        labels = list(cases)
+        report(f"one file of many topo -m outputs ({'a host each' if hosts else 'no host'})",
+               alternate(cases, repeat), labels[0], {labels[1]: 12.0})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="startup,lspci,topo,audit", help="comma-separated cases")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each, alternating; the median is shown")
     parser.add_argument("--devices", type=int, default=5000, help="devices in the generated lspci -vv")
     parser.add_argument("--gpus", default="8,72,144", help="GPU counts of the generated topo -m (first: the baseline)")
+    parser.add_argument("--sections", type=int, default=1000, help="topo -m sections of the smaller file of `sections`")
     parser.add_argument("--keep", type=Path, default=None, help="write the generated inputs here and keep them")
     args = parser.parse_args()
     only = {name.strip() for name in args.only.split(",")}
@@ -272,6 +299,8 @@ def main() -> int:
             bench_topo(args.repeat, [int(n) for n in args.gpus.split(",")], folder)
         if "audit" in only:
             bench_audit(args.repeat)
+        if "sections" in only:
+            bench_sections(args.repeat, args.sections, folder)
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -52,7 +52,7 @@ class Group:
         self.identity.update(member.identity)
 
     def names(self) -> str:
-        return _join_names([m.name for m in self.members])
+        return _join_names([m.name for m in self.members[:_NAMES_SHOWN]], len(self.members))
 
 
 def group_inputs(members: list[Member]) -> list[Group]:
@@ -68,25 +68,35 @@ def group_inputs(members: list[Member]) -> list[Group]:
     keyed = [member for member in members if not member.identity.empty]
     keyless = [member for member in members if member.identity.empty]
     groups: list[Group] = []
+    machines = _Machines(groups)
     for cluster in _clusters(keyed, _consistent_bundles(keyed)):
-        _place(cluster, groups)
+        _place(cluster, machines)
+    # file -> the groups holding one of its sections, kept as members are added (a scan of every member for
+    # every keyless one grew with the square of the sections)
+    by_path: dict[str, dict[int, Group]] = {}
+    for group in groups:
+        for placed in group.members:
+            if placed.path:
+                by_path.setdefault(placed.path, {})[id(group)] = group
     for member in keyless:
         if not groups:
             groups.append(Group())
-        siblings = [g for g in groups if any(m.path and m.path == member.path for m in g.members)]
+        siblings = list(by_path.get(member.path, {}).values()) if member.path else []
         if len(siblings) == 1 and len(groups) > 1:
             member.reason = f"it names no host or GPU; the rest of {member.path} went to this machine"
-            siblings[0].add(member)
+            home = siblings[0]
         elif len(groups) == 1:
             member.reason = ("it names no host or GPU, so it was read with the inputs of the only machine"
                              if groups[0].members else "it names no host or GPU")
-            groups[0].add(member)
+            home = groups[0]
         else:
             member.reason = (f"it names no host or GPU, so nothing ties it to one of the {len(groups)} machines "
                              "the other inputs describe; it is reported on its own")
-            alone = Group()
-            alone.add(member)
-            groups.append(alone)
+            home = Group()
+            groups.append(home)
+        home.add(member)
+        if member.path:
+            by_path.setdefault(member.path, {})[id(home)] = home
     return groups
 
 
@@ -106,36 +116,95 @@ def _consistent_bundles(members: list[Member]) -> set[str]:
     return set(together) - broken
 
 
+# The keys whose sharing alone reaches `_HOST`: a cluster can take a member only when they share one (or the
+# member's whole bundle), so `_clusters` looks only at the clusters that hold one of the member's.
+_JOINING_KEYS = ("gpu_uuids", "gpu_serials", "hostnames")
+
+
 def _clusters(members: list[Member], whole_bundles: set[str] = frozenset()) -> list[Group]:
     clusters: list[Group] = []
+    # (key, value) and ("bundle", name) -> the clusters holding it, in the order they were made: a member is
+    # checked against those alone, first made first, as a scan of every cluster would (the others can score
+    # at most `_SHAPE` on each of three keys and share no whole bundle). Without it 10,000 sections that name
+    # no host took minutes: every section was scored against every cluster before it.
+    holding: dict[tuple[str, str], set[int]] = {}
     for member in members:
-        home: Group | None = None
-        for cluster in clusters:
+        keys = [(attr, value) for attr in _JOINING_KEYS for value in member.identity.values(attr)]
+        if member.bundle:
+            keys.append(("bundle", member.bundle))
+        home: int | None = None
+        for index in sorted({index for key in keys for index in holding.get(key, ())}):
+            cluster = clusters[index]
             score, reasons = matches_between(cluster.identity, member.identity)
             if score >= _HOST and not conflicts_between(cluster.identity, member.identity):
                 member.reason = f"same machine as {cluster.names()}: {reasons[0]}"
-                home = cluster
+                home = index
                 break
             if member.bundle in whole_bundles and any(m.bundle == member.bundle for m in cluster.members) \
                     and not conflicts_between(cluster.identity, member.identity):
                 member.reason = (f"from the bundle {member.bundle}, one host's collection, and nothing in it "
                                  "contradicts the bundle's other files")
-                home = cluster
+                home = index
                 break
         if home is None:
-            home = Group()
-            clusters.append(home)
-        home.add(member)
+            clusters.append(Group())
+            home = len(clusters) - 1
+        clusters[home].add(member)
+        for key in keys:
+            holding.setdefault(key, set()).add(home)
     return clusters
 
 
-def _place(cluster: Group, groups: list[Group]) -> None:
+class _Machines:
+    """The machines placed so far, indexed by host name: a cluster that names a host contradicts every machine
+    that names only other hosts (`conflicts_between`), so only the machines that share one of its host names
+    or name none are scored. Scoring every machine made a paste of 2,000 hosts' outputs take minutes."""
+
+    def __init__(self, groups: list[Group]) -> None:
+        self.groups = groups
+        self.by_host: dict[str, set[int]] = {}
+        self.hostless: set[int] = set()
+
+    def note(self, index: int) -> None:
+        """Index machine `index` again after it took new inputs (it may name a host now)."""
+        hosts = self.groups[index].identity.values("hostnames")
+        if hosts:
+            self.hostless.discard(index)
+            for host in hosts:
+                self.by_host.setdefault(host, set()).add(index)
+        else:
+            self.hostless.add(index)
+
+    def may_take(self, cluster: Group) -> list[int] | None:
+        """The machines, in the order they were made, that do not name only other hosts than `cluster`;
+        None for all of them (the cluster names no host)."""
+        hosts = cluster.identity.values("hostnames")
+        if not hosts:
+            return None
+        found = set(self.hostless)
+        for host in hosts:
+            found |= self.by_host.get(host, set())
+        return sorted(found)
+
+
+# how many machines a new machine's reason names as contradicting it; the rest are counted
+_REFUSALS_SHOWN = 3
+
+
+def _place(cluster: Group, machines: _Machines) -> None:
+    groups = machines.groups
     best: tuple[int, int, list[str]] | None = None  # (score, group index, reasons)
-    refused: list[str] = []
-    for index, group in enumerate(groups):
+    refused: list[int] = []  # the machines that contradict the cluster, in the order they were made
+    scored = machines.may_take(cluster)
+    if scored is not None:  # the others name only other hosts: each contradicts it
+        refused = sorted(set(range(len(groups))) - set(scored))
+    conflicts_of: dict[int, list[str]] = {}
+    for index in range(len(groups)) if scored is None else scored:
+        group = groups[index]
         conflicts = conflicts_between(group.identity, cluster.identity)
         if conflicts:
-            refused.append(f"not with {group.names()}: {conflicts[0]}")
+            conflicts_of[index] = conflicts
+            refused.append(index)
             continue
         score, reasons = matches_between(group.identity, cluster.identity)
         if best is None or score > best[0]:
@@ -148,9 +217,22 @@ def _place(cluster: Group, groups: list[Group]) -> None:
                         else f"nothing in it contradicts {group.names()}")
         for member in cluster.members:
             group.add(member)
+        machines.note(index)
         return
-    first.reason = "; ".join(refused) if refused else f"the first input that names its machine ({describe(cluster.identity)})"
+    if refused:
+        refused.sort()
+        shown = [f"not with {groups[index].names()}: "
+                 f"{(conflicts_of.get(index) or conflicts_between(groups[index].identity, cluster.identity))[0]}"
+                 for index in refused[:_REFUSALS_SHOWN]]
+        if len(refused) > _REFUSALS_SHOWN:
+            more = len(refused) - _REFUSALS_SHOWN
+            shown.append(f"nor with the {counted(more, 'other machine')}, which "
+                         f"{'contradicts' if more == 1 else 'contradict'} it too")
+        first.reason = "; ".join(shown)
+    else:
+        first.reason = f"the first input that names its machine ({describe(cluster.identity)})"
     groups.append(cluster)
+    machines.note(len(groups) - 1)
 
 
 def conflicts_between(a: InputIdentity, b: InputIdentity) -> list[str]:
@@ -328,7 +410,11 @@ def _bus_list(identity: InputIdentity) -> str:
     return _values(sorted(identity.gpu_bus_ids, key=lambda fact: fact.value))
 
 
-def _join_names(names: list[str], limit: int = 3) -> str:
-    shown = names[:limit]
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(shown) + more
+_NAMES_SHOWN = 3
+
+
+def _join_names(names: list[str], total: int | None = None, limit: int = _NAMES_SHOWN) -> str:
+    """The first `limit` names, and how many more of the `total` (default: all of `names`) there are."""
+    total = len(names) if total is None else total
+    more = f" and {total - limit} more" if total > limit else ""
+    return ", ".join(names[:limit]) + more
