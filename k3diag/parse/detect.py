@@ -18,7 +18,7 @@ from k3diag.evidence import has_c0_controls
 from k3diag.parse.hints import fold
 from k3diag.parse.lazy_re import lazy
 from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
-from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
+from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host, unwrap_paste
 
 SNIFF_THRESHOLD = 0.5
 SNIFF_CHARS = 64 * 1024
@@ -340,6 +340,11 @@ def streaming_format(head_text: str) -> FormatSpec | None:
                 # A file that is mostly another format with a few NCCL lines (nccl-tests prints
                 # NCCL INFO lines) is not a log: let the section detector decide.
                 other = detect(head_text)
+                if other is None or other.name == spec.name:
+                    # the same look through a medium's wrapping (an e-mail reply's `> `, a pdsh label): an NCCL
+                    # log reads through it, the nccl-tests table in it does not, and was lost
+                    plain, wrapped, _ = unwrap_paste(head_text)
+                    other = detect(plain) if wrapped else None
                 if other is None or other.name == spec.name:
                     return spec
         except Exception:

@@ -113,3 +113,21 @@ def test_a_pdsh_label_names_the_machine_so_two_nodes_stay_apart() -> None:
 def test_an_output_its_tool_prints_indented_is_read_as_pasted(name: str) -> None:
     machine = build_machine([Evidence(name="out.txt", data=(FIXTURES / name).read_bytes())])
     assert not any("read without" in w for i in machine.inputs for w in i.warnings)
+
+
+@pytest.mark.parametrize("name", ["nccl/nccl-2.28.9-dgx-spark-2nodes-initrankconfig-roce.log",
+                                  "nccl/nccl-2.29.2-efa-rank-prefix-init-start-cuda-failure.log",
+                                  "bench/nccl-tests-rows-under-nccl-info-no-header-na-wrong-aks30.txt",
+                                  "bench/nccl-tests-2nodes-a100-header-nccl-info.txt"])
+@pytest.mark.parametrize("wrap", [_quoted, _labelled("gpu042"), _stamped])
+def test_an_nccl_tests_run_with_nccl_info_lines_keeps_its_table_when_wrapped(name: str, wrap) -> None:
+    # NCCL_DEBUG=INFO under nccl-tests: the file looks like an NCCL log, and an NCCL log reads through a
+    # reply's `> ` or a pdsh label, so the wrapped file was read as a log alone and its results table lost
+    # (0 benchmarks, where the file as printed gives 1)
+    text = (FIXTURES / name).read_text()
+    plain = build_machine([Evidence(name="run.log", data=text.encode())])
+    wrapped = build_machine([Evidence(name="run.log", data=wrap(text).encode())])
+    assert plain.benchmarks, name
+    assert [i.format for i in wrapped.inputs] == [i.format for i in plain.inputs]
+    assert [(b.tool, b.op, b.nranks, len(b.rows), b.avg_busbw) for b in wrapped.benchmarks] == \
+        [(b.tool, b.op, b.nranks, len(b.rows), b.avg_busbw) for b in plain.benchmarks]

@@ -1,7 +1,8 @@
 """The section splitting and format detection k3diag had before the one-pass rewrite, frozen as
 the reference `test_detect_equivalence.py` holds `k3diag.parse.detect` to (as `parse_lines` is
 the lspci bulk parser's reference). Slow on purpose: every hint regex over the text, every start
-literal searched with `str.find` over the whole text. Not imported by k3diag itself."""
+literal searched with `str.find` over the whole text. Not imported by k3diag itself. Rules changed
+since (the streaming verdict looks through a medium's wrapping too, 2026-12-03) are changed here alike."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from functools import cache, lru_cache
 
 from k3diag.parse.registry import FORMATS, FormatSpec, parser_module
-from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host
+from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host, unwrap_paste
 
 SNIFF_THRESHOLD = 0.5
 SNIFF_CHARS = 64 * 1024
@@ -66,6 +67,10 @@ def streaming_format(head_text: str) -> FormatSpec | None:
         try:
             if float(module.sniff(head_text)) >= SNIFF_THRESHOLD:
                 other = detect(head_text)
+                if other is None or other.name == spec.name:
+                    # (2026-12-03) and through a medium's wrapping: a quoted nccl-tests run is not a log alone
+                    plain, wrapped, _ = unwrap_paste(head_text)
+                    other = detect(plain) if wrapped else None
                 if other is None or other.name == spec.name:
                     return spec
         except Exception:
