@@ -156,35 +156,46 @@ def _clusters(members: list[Member], whole_bundles: set[str] = frozenset()) -> l
 
 
 class _Machines:
-    """The machines placed so far, indexed by host name: a cluster that names a host contradicts every machine
-    that names only other hosts (`conflicts_between`), so only the machines that share one of its host names
-    or name none are scored. Scoring every machine made a paste of 2,000 hosts' outputs take minutes."""
+    """The machines placed so far, indexed by their unique keys (host names, GPU UUIDs and serials): a cluster
+    that carries one contradicts every machine that carries that key with none of its values
+    (`conflicts_between`), so only the machines that share a value or lack the key are scored. Scoring every
+    machine made a paste of 2,000 hosts' outputs take minutes."""
 
     def __init__(self, groups: list[Group]) -> None:
         self.groups = groups
-        self.by_host: dict[str, set[int]] = {}
-        self.hostless: set[int] = set()
+        self.holding: dict[str, dict[str, set[int]]] = {attr: {} for attr in _JOINING_KEYS}
+        self.lacking: dict[str, set[int]] = {attr: set() for attr in _JOINING_KEYS}
 
     def note(self, index: int) -> None:
-        """Index machine `index` again after it took new inputs (it may name a host now)."""
-        hosts = self.groups[index].identity.values("hostnames")
-        if hosts:
-            self.hostless.discard(index)
-            for host in hosts:
-                self.by_host.setdefault(host, set()).add(index)
-        else:
-            self.hostless.add(index)
+        """Index machine `index` again after it took new inputs (it may carry new keys now)."""
+        identity = self.groups[index].identity
+        for attr in _JOINING_KEYS:
+            values = identity.values(attr)
+            if values:
+                self.lacking[attr].discard(index)
+                for value in values:
+                    self.holding[attr].setdefault(value, set()).add(index)
+            else:
+                self.lacking[attr].add(index)
 
     def may_take(self, cluster: Group) -> list[int] | None:
-        """The machines, in the order they were made, that do not name only other hosts than `cluster`;
-        None for all of them (the cluster names no host)."""
-        hosts = cluster.identity.values("hostnames")
-        if not hosts:
+        """The machines, in the order they were made, that no unique key of `cluster` rules out; None for
+        all of them (the cluster carries no unique key)."""
+        allowed: list[tuple[set[int], set[int]]] = []  # per key the cluster carries: (lacking it, sharing a value)
+        for attr in _JOINING_KEYS:
+            values = cluster.identity.values(attr)
+            if values:
+                sharing: set[int] = set()
+                for value in values:
+                    sharing |= self.holding[attr].get(value, set())
+                allowed.append((self.lacking[attr], sharing))
+        if not allowed:
             return None
-        found = set(self.hostless)
-        for host in hosts:
-            found |= self.by_host.get(host, set())
-        return sorted(found)
+        allowed.sort(key=lambda pair: len(pair[0]) + len(pair[1]))
+        lacking, sharing = allowed[0]
+        return sorted(index for index in lacking | sharing
+                      if all(index in other_lacking or index in other_sharing
+                             for other_lacking, other_sharing in allowed[1:]))
 
 
 # how many machines a new machine's reason names as contradicting it; the rest are counted
@@ -194,17 +205,13 @@ _REFUSALS_SHOWN = 3
 def _place(cluster: Group, machines: _Machines) -> None:
     groups = machines.groups
     best: tuple[int, int, list[str]] | None = None  # (score, group index, reasons)
-    refused: list[int] = []  # the machines that contradict the cluster, in the order they were made
     scored = machines.may_take(cluster)
-    if scored is not None:  # the others name only other hosts: each contradicts it
-        refused = sorted(set(range(len(groups))) - set(scored))
-    conflicts_of: dict[int, list[str]] = {}
+    conflicts_of: dict[int, list[str]] = {}  # the scored machines that contradict the cluster
     for index in range(len(groups)) if scored is None else scored:
         group = groups[index]
         conflicts = conflicts_between(group.identity, cluster.identity)
         if conflicts:
             conflicts_of[index] = conflicts
-            refused.append(index)
             continue
         score, reasons = matches_between(group.identity, cluster.identity)
         if best is None or score > best[0]:
@@ -219,13 +226,22 @@ def _place(cluster: Group, machines: _Machines) -> None:
             group.add(member)
         machines.note(index)
         return
+    # every machine contradicts it: those not scored (a unique key rules them out) and the scored ones
+    outside: list[int] = []  # the first few machines not scored, found without a pass over all of them
+    if scored is not None:
+        taken = set(scored)
+        index = 0
+        while len(outside) < _REFUSALS_SHOWN and index < len(groups):
+            if index not in taken:
+                outside.append(index)
+            index += 1
+    refused = len(groups)
     if refused:
-        refused.sort()
         shown = [f"not with {groups[index].names()}: "
                  f"{(conflicts_of.get(index) or conflicts_between(groups[index].identity, cluster.identity))[0]}"
-                 for index in refused[:_REFUSALS_SHOWN]]
-        if len(refused) > _REFUSALS_SHOWN:
-            more = len(refused) - _REFUSALS_SHOWN
+                 for index in sorted(outside + list(conflicts_of))[:_REFUSALS_SHOWN]]
+        if refused > _REFUSALS_SHOWN:
+            more = refused - _REFUSALS_SHOWN
             shown.append(f"nor with the {counted(more, 'other machine')}, which "
                          f"{'contradicts' if more == 1 else 'contradict'} it too")
         first.reason = "; ".join(shown)
@@ -272,7 +288,8 @@ def matches_between(a: InputIdentity, b: InputIdentity) -> tuple[int, list[str]]
         shared = sorted(a.values(attr) & b.values(attr))
         if shared:
             score += _UNIQUE
-            reasons.append(f"the same {what} {shared[0]}" + (f" and {len(shared) - 1} more" if len(shared) > 1 else ""))
+            shown = next(fact.text for fact in getattr(b, attr) if fact.value == shared[0])  # as printed
+            reasons.append(f"the same {what} {shown}" + (f" and {len(shared) - 1} more" if len(shared) > 1 else ""))
     shared_hosts = sorted(a.values("hostnames") & b.values("hostnames"))
     if shared_hosts:
         score += _HOST

@@ -88,11 +88,11 @@ class InputIdentity:
 
     def add_uuid(self, value: str | None, source: SourceRef | None = None) -> None:
         if value and value.strip() and value.strip().upper() not in ("N/A", "[N/A]"):
-            _add(self.gpu_uuids, value.strip().lower(), source)
+            _add(self.gpu_uuids, value.strip().lower(), source, value.strip())  # quoted as printed
 
     def add_serial(self, value: str | None, source: SourceRef | None = None) -> None:
         if value and value.strip() and value.strip().upper() not in ("N/A", "[N/A]", "0"):
-            _add(self.gpu_serials, value.strip().lower(), source)
+            _add(self.gpu_serials, value.strip().lower(), source, value.strip())
 
     def add_bus_id(self, value: str | None, source: SourceRef | None = None) -> None:
         """A normalized bus id (see `k3diag.model.ids.normalize_bdf`)."""

@@ -57,3 +57,22 @@ def test_sections_naming_no_host_join_the_first_host_named_and_another_host_stan
     joined, apart = machines.inputs[40].machine_reason, machines.inputs[41].machine_reason
     assert joined.startswith("same machine as ") and " and 37 more: " in joined  # three names shown, the rest counted
     assert apart.startswith("not with ") and " and 38 more: different host names (gpu9 vs gpu8)" in apart
+
+
+def test_distinct_gpu_uuids_are_distinct_machines_and_a_repeated_one_joins_its_own(tmp_path: Path) -> None:
+    # the machine index covers GPU UUIDs too: sections with no host name, told apart by their GPUs alone
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "smi-q-2x3090-560.txt").read_text()
+
+    def with_uuids(number: int) -> str:
+        return re.sub(r"GPU-[0-9a-f]{8}", f"GPU-{number:08x}", text)
+
+    paste = tmp_path / "gpus.txt"
+    paste.write_text("\n".join(with_uuids(number) for number in (1, 2, 3, 4, 5, 3)))
+    machines, _ = load_machines([paste])
+    assert [len(m.inputs) for m in machines.machines] == [1, 1, 2, 1, 1]
+    reasons = [record.machine_reason for record in machines.inputs]
+    assert reasons[4].startswith("not with ") and "no GPU UUID in common" in reasons[4]
+    assert reasons[4].endswith("; nor with the 1 other machine, which contradicts it too")
+    assert reasons[5].startswith("same machine as ") and "the same GPU UUID GPU-00000003" in reasons[5]
