@@ -17,7 +17,7 @@ from typing import Iterator
 from k3diag.evidence import has_c0_controls
 from k3diag.parse.hints import fold
 from k3diag.parse.lazy_re import lazy
-from k3diag.parse.registry import FORMATS, FormatSpec, available_formats, parser_module
+from k3diag.parse.registry import FORMATS, FormatSpec, hinted_formats, parser_module
 from k3diag.parse.text import Section, is_shell_prompt, prompt_command, prompt_host, unwrap_paste
 
 SNIFF_THRESHOLD = 0.5
@@ -52,17 +52,25 @@ def _past_long_lines(text: str) -> int:
 @lru_cache(maxsize=256)
 def _detect_head(text: str, command: str | None) -> FormatSpec | None:
     best: tuple[float, FormatSpec] | None = None
-    for spec in available_formats(text):
+    hint = command_format(command)
+    candidates = hinted_formats(text)  # their parsers imported only when sniffed
+    for position, spec in enumerate(candidates):
         module = parser_module(spec)
+        if module is None:
+            continue
         try:
-            score = float(module.sniff(text))
+            score = min(float(module.sniff(text)), 1.0)  # 1.0 is certain: no sniffer says more
         except Exception:  # a sniffer must never take the report down
             continue
-        hint = command_format(command)
         if hint == spec.name:
             score += 0.3
         if best is None or score > best[0]:
             best = (score, spec)
+        if best[0] >= 1.0 and (hint is None or hint == best[1].name
+                               or all(later.name != hint for later in candidates[position + 1:])):
+            # no later format can score more (only the command's format gets more than 1.0): neither its
+            # sniffer nor its import is paid for (an `nvidia-smi -q` was sniffed as lspci too, ~3 ms)
+            break
     if best is None or best[0] < SNIFF_THRESHOLD:
         return None
     return best[1]
