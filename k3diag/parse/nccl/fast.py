@@ -88,11 +88,13 @@ class _Codes(dict):
 
     def __missing__(self, head: bytes) -> int:
         match = P.CONN_HEAD_RE.match(head.decode("ascii", "replace"))
-        if match is None:
-            value = _INVALID
-        else:
+        value = _INVALID
+        if match is not None:
             conn = match.group("conn")
-            value = channel_code(int(match.group("ch")), int(conn) if conn is not None else None)
+            try:
+                value = channel_code(int(match.group("ch")), int(conn) if conn is not None else None)
+            except ValueError:  # a channel number no int holds: the exact path reads (and skips) the line
+                pass
         P.remember(self, head, value, 4096, head)
         return value
 
@@ -282,12 +284,15 @@ class FastFeed:
 
     def _read(self, body: bytes, head: str, pre: str, lineno: int) -> None:
         text = body.decode()
-        if text.startswith(_COMM_STARTS):
-            # what `_info` does with such a line (no other branch before it takes one): straight there
-            self._comm(head + text, text.rstrip(), pre, lineno)
-            return
-        # what `_record` does for an INFO line, less the counting and host (done for the block)
-        self._info(head + text, text.rstrip(), pre, lineno)
+        try:
+            if text.startswith(_COMM_STARTS):
+                # what `_info` does with such a line (no other branch before it takes one): straight there
+                self._comm(head + text, text.rstrip(), pre, lineno)
+                return
+            # what `_record` does for an INFO line, less the counting and host (done for the block)
+            self._info(head + text, text.rstrip(), pre, lineno)
+        except ValueError:  # a number no int holds: skipped and counted, as on the exact path
+            self._skip(lineno)
 
     def _fold(self, thread, head: str, conn: list[bytes], start: int, end: int, chan: list[bool], lineno: int,
               among: list[bool] | None = None) -> bool:

@@ -77,7 +77,10 @@ class LineFeed:
         """The lines outside any NCCL record that hold one of `_ODD_WORDS`, read by `_other`."""
         for offset, raw in enumerate(lines):
             if "CCL" not in raw and "Pid" not in raw and ("\x00" in raw or "\ufffd" in raw or "/dev/shm" in raw):
-                self._other(raw, first_line + offset)
+                try:
+                    self._other(raw, first_line + offset)
+                except ValueError:  # see `_feed_selected`
+                    self._skip(first_line + offset)
 
     def _feed_selected(self, numbered: Iterable[tuple[int, str]]) -> None:
         mark = P.MARK
@@ -94,81 +97,86 @@ class LineFeed:
         tail_of = tails.get
         dropped = 0
         for lineno, raw in numbered:
-            # one `partition` (its argument taken as is) rather than `find` and two slices: `find` parses its
-            # optional arguments from a format string on every call
-            pre, marked, rest = raw.partition(mark)
-            if marked:
-                known = tail_of(rest)
-                if known is not None:
-                    # a connection line whose text (after its mark) was read before: only its thread is new
-                    thread = threads_get(pre)
-                    if thread is not None:
+            try:
+                # one `partition` (its argument taken as is) rather than `find` and two slices: `find` parses its
+                # optional arguments from a format string on every call
+                pre, marked, rest = raw.partition(mark)
+                if marked:
+                    known = tail_of(rest)
+                    if known is not None:
+                        # a connection line whose text (after its mark) was read before: only its thread is new
+                        thread = threads_get(pre)
+                        if thread is not None:
+                            dropped += 1
+                            if thread.host not in hosts:
+                                host_seen(thread, lineno, raw)
+                            inst = thread.current
+                            agg = (inst.conns if inst is not None else thread.pending).get(known[1])
+                            if agg is not None:
+                                agg.codes.add(known[0])
+                            else:
+                                conn_line(thread, rest[5:], raw, lineno)
+                            continue
+                else:
+                    if raw.startswith("NCCL INFO ") or raw.startswith("NCCL WARN "):
+                        record(" " + raw, 0, lineno)  # a record whose prefix was lost (wrapped terminal, cut paste)
+                    else:
+                        self._other(raw, lineno)
+                    continue
+                tag = rest[:9]
+                action = actions.get(tag)
+                if action is None:
+                    if not tag.startswith("INFO") or raw.find(" -> ", len(raw) - 16) >= 0:
+                        # WARN, version, garbled records; or an error trace `misc/socket.cc:567 -> 2`.
+                        record(raw, len(pre), lineno)
+                    elif tag[5:6].isdigit() and P.COUNT_TAG_NEEDS in raw:
+                        record(raw, len(pre), lineno)
+                    else:
                         dropped += 1
+                        thread = threads_get(pre)
+                        if thread is None or thread.host not in hosts:
+                            note_host(raw, len(pre), lineno)
+                elif action == 1:
+                    body = rest[5:]
+                    if " via " in body:
+                        thread = threads_get(pre)
+                        if thread is None:
+                            thread = self._thread(pre)
+                        if "  " in body:
+                            # several records glued on one line (terminal wrap), or trailing blanks
+                            self._split_and_feed(raw, lineno)
+                            continue
+                        dropped += 1  # counted with the dropped lines: an NCCL line either way
                         if thread.host not in hosts:
                             host_seen(thread, lineno, raw)
-                        inst = thread.current
-                        agg = (inst.conns if inst is not None else thread.pending).get(known[1])
-                        if agg is not None:
-                            agg.codes.add(known[0])
-                        else:
-                            conn_line(thread, rest[5:], raw, lineno)
+                        # most lines repeat a known head and rest for a key the instance has: one more code
+                        head, _, conn_rest = body.partition(" : ")
+                        code = head_codes(head)
+                        if code is not None:
+                            parsed = rests(conn_rest)
+                            if parsed.__class__ is tuple:
+                                inst = thread.current
+                                P.remember(tails, rest, (code[1], parsed[0]), P.MAX_REST_CACHE, rest)
+                                agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
+                                if agg is not None:
+                                    agg.codes.add(code[1])
+                                    continue
+                        conn_line(thread, body, raw, lineno)
                         continue
-            else:
-                if raw.startswith("NCCL INFO ") or raw.startswith("NCCL WARN "):
-                    record(" " + raw, 0, lineno)  # a record whose prefix was lost (wrapped terminal, cut paste)
-                else:
-                    self._other(raw, lineno)
-                continue
-            tag = rest[:9]
-            action = actions.get(tag)
-            if action is None:
-                if not tag.startswith("INFO") or raw.find(" -> ", len(raw) - 16) >= 0:
-                    # WARN, version, garbled records; or an error trace `misc/socket.cc:567 -> 2`.
-                    record(raw, len(pre), lineno)
-                elif tag[5:6].isdigit() and P.COUNT_TAG_NEEDS in raw:
                     record(raw, len(pre), lineno)
                 else:
-                    dropped += 1
-                    thread = threads_get(pre)
-                    if thread is None or thread.host not in hosts:
-                        note_host(raw, len(pre), lineno)
-            elif action == 1:
-                body = rest[5:]
-                if " via " in body:
-                    thread = threads_get(pre)
-                    if thread is None:
-                        thread = self._thread(pre)
-                    if "  " in body:
-                        # several records glued on one line (terminal wrap), or trailing blanks
-                        self._split_and_feed(raw, lineno)
-                        continue
-                    dropped += 1  # counted with the dropped lines: an NCCL line either way
-                    if thread.host not in hosts:
-                        host_seen(thread, lineno, raw)
-                    # most lines repeat a known head and rest for a key the instance has: one more code
-                    head, _, conn_rest = body.partition(" : ")
-                    code = head_codes(head)
-                    if code is not None:
-                        parsed = rests(conn_rest)
-                        if parsed.__class__ is tuple:
-                            inst = thread.current
-                            P.remember(tails, rest, (code[1], parsed[0]), P.MAX_REST_CACHE, rest)
-                            agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
-                            if agg is not None:
-                                agg.codes.add(code[1])
-                                continue
-                    conn_line(thread, body, raw, lineno)
-                    continue
-                record(raw, len(pre), lineno)
-            else:
-                need = P.TAG_NEEDS.get(tag)
-                if need is None or need in raw:
-                    record(raw, len(pre), lineno)
-                else:
-                    dropped += 1
-                    thread = threads_get(pre)
-                    if thread is None or thread.host not in hosts:
-                        note_host(raw, len(pre), lineno)
+                    need = P.TAG_NEEDS.get(tag)
+                    if need is None or need in raw:
+                        record(raw, len(pre), lineno)
+                    else:
+                        dropped += 1
+                        thread = threads_get(pre)
+                        if thread is None or thread.host not in hosts:
+                            note_host(raw, len(pre), lineno)
+            except ValueError:
+                # a number no int holds (a run of over 4,300 digits: a damaged or glued line): this line is
+                # skipped and counted, the log read on (it ended the whole log's reading)
+                self._skip(lineno)
         self.lines_nccl += dropped
 
     def _note_host(self, raw: str, k: int, lineno: int) -> None:
@@ -227,9 +235,12 @@ class LineFeed:
                 nr = match.group("nr")
                 if nr:
                     self.rccl_hints += 1  # only RCCL appends `comm 0x.. nRanks NN` to connection lines
-                key = (int(match.group("src")), int(match.group("dst")), via, match.group("dir"))
-                parsed = (key, match.group("sb").strip(), match.group("db").strip(), transport,
-                          int(nr) if nr else None)
+                try:
+                    key = (int(match.group("src")), int(match.group("dst")), via, match.group("dir"))
+                    parsed = (key, match.group("sb").strip(), match.group("db").strip(), transport,
+                              int(nr) if nr else None)
+                except ValueError:  # a rank of thousands of digits: no connection line NCCL prints
+                    parsed = _UNPARSED
         P.remember(self.rest_cache, rest, parsed, P.MAX_REST_CACHE, rest)
         return parsed
 
