@@ -22,6 +22,7 @@ from k3diag.parse.detect import (
     streaming_format,
 )
 from k3diag.parse.markdown_head import is_markdown  # the reader itself (`parse.markdown`) only for a document
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
 from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize, unwrap_paste
 
@@ -309,7 +310,39 @@ def _parse_section(
         section = replace(section, excerpt=f"only the first {MAX_TEXT_BYTES // (1024 * 1024)} MiB of the file were read")
     if section.host:  # `user@node1:~$ nvidia-smi topo -m`: the prompt names the machine
         record.identity.add_hostname(section.host, SourceRef(item.name, section.first_line, section.text.split("\n", 1)[0]))
-    return _run_parser(spec, lambda module: module.parse(section, item.name), item, record, note)
+    def call(module):
+        try:
+            return module.parse(section, item.name)
+        except ValueError:
+            fixed = _huge_numbers_out(section)
+            if fixed is None:
+                raise
+            section_read, said = fixed
+            record.warnings.extend(said)
+            return module.parse(section_read, item.name)
+
+    return _run_parser(spec, call, item, record, note)
+
+
+# A run of digits longer than Python's int() takes (`sys.get_int_max_str_digits()`, 4,300; converting one
+# costs time with its square, the reason for the limit): no tool prints such a number. One in a damaged or
+# glued line raised ValueError out of the parser, and the whole section was lost for one value.
+_HUGE_NUMBER_RE = lazy(r"\d{4301,}")
+
+
+def _huge_numbers_out(section: Section) -> tuple[Section, list[str]] | None:
+    """`section` with each number no int holds read as not available (`N/A`, `null` in JSON), and what was
+    done in words; None when it holds no such number (the parser failed for another reason)."""
+    found = list(_HUGE_NUMBER_RE.finditer(section.text))
+    if not found:
+        return None
+    token = "null" if section.text.lstrip()[:1] in ("{", "[") else "N/A"
+    said = [f"line {section.first_line + section.text.count(chr(10), 0, match.start())}: a number of "
+            f"{match.end() - match.start():,} digits, which no tool prints (a damaged line?), was read as {token}"
+            for match in found[:3]]
+    if len(found) > 3:
+        said.append(f"{len(found) - 3:,} more such numbers were read as {token}")
+    return replace(section, text=_HUGE_NUMBER_RE.sub(token, section.text)), said
 
 
 def _parse_stream(spec: FormatSpec, item: Evidence, size: int | None, note: Note | None) -> ParsedInput:

@@ -156,7 +156,9 @@ def _read_line(line: str, doc: dict) -> None:
         return
     number = num(value.rstrip(","))
     if number is not None and re.fullmatch(r"-?\d+", value.rstrip(",")):
-        number = int(number)  # counts stay counts (`Drafts: 446819`), as the tool's JSON writes them
+        # counts stay counts (`Drafts: 446819`), as the tool's JSON writes them; from the digits, not the float
+        # (exact past 2**53, and a run of digits no int holds raises ValueError, not OverflowError from inf)
+        number = int(value.rstrip(","))
     latency = _LATENCY_RE.match(label)
     if latency:
         metric = {"E2E Latency": "e2e_latency"}.get(latency.group("metric"), latency.group("metric").lower())
