@@ -76,7 +76,12 @@ def _job_lines(job: int, rng: random.Random, nodes: int, nranks_world: int) -> l
             nnodes = size // GPUS_PER_NODE if size > GPUS_PER_NODE else 1
             out.append(pre + f"comm {ptr} rank {crank} nRanks {size} nNodes {nnodes} localRanks 8 localRank {gpu} MNNVL 0")
             if crank == 0:
-                order = "".join(f"{r:4d}" for r in range(size))
+                # NCCL's `dumpLine` writes " %*d" (the width of the largest rank); the width is at least 3 here,
+                # the bytes the earlier figures were taken with ("%4d", which glued the ranks of a job of over
+                # 1,000 into one number). NCCL 2.19+ also cuts the line at 128 characters with "..."; the whole
+                # order is kept here, for the same reason.
+                width = max(3, len(str(size - 1)))
+                order = "".join(f" {r:{width}d}" for r in range(size))
                 for ch in range(CHANNELS):
                     out.append(pre + f"Channel {ch:02d}/{CHANNELS:02d} :{order}")
             out.append(pre + f"Trees [0] {crank + 1 if crank + 1 < size else -1}/-1/-1->{crank}->{crank - 1 if crank else -1}")
