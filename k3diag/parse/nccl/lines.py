@@ -125,18 +125,7 @@ class LineFeed:
                     continue
                 tag = rest[:9]
                 action = actions.get(tag)
-                if action is None:
-                    if not tag.startswith("INFO") or raw.find(" -> ", len(raw) - 16) >= 0:
-                        # WARN, version, garbled records; or an error trace `misc/socket.cc:567 -> 2`.
-                        record(raw, len(pre), lineno)
-                    elif tag[5:6].isdigit() and P.COUNT_TAG_NEEDS in raw:
-                        record(raw, len(pre), lineno)
-                    else:
-                        dropped += 1
-                        thread = threads_get(pre)
-                        if thread is None or thread.host not in hosts:
-                            note_host(raw, len(pre), lineno)
-                elif action == 1:
+                if action == 1:
                     body = rest[5:]
                     if " via " in body:
                         thread = threads_get(pre)
@@ -164,15 +153,21 @@ class LineFeed:
                         conn_line(thread, body, raw, lineno)
                         continue
                     record(raw, len(pre), lineno)
+                    continue
+                if action is None:
+                    # WARN, version, garbled records; an error trace `misc/socket.cc:567 -> 2`; a count line
+                    wanted = not tag.startswith("INFO") or raw.find(" -> ", len(raw) - 16) >= 0 \
+                        or (tag[5:6].isdigit() and P.COUNT_TAG_NEEDS in raw)
                 else:
                     need = P.TAG_NEEDS.get(tag)
-                    if need is None or need in raw:
-                        record(raw, len(pre), lineno)
-                    else:
-                        dropped += 1
-                        thread = threads_get(pre)
-                        if thread is None or thread.host not in hosts:
-                            note_host(raw, len(pre), lineno)
+                    wanted = need is None or need in raw
+                if wanted:
+                    record(raw, len(pre), lineno)
+                else:
+                    dropped += 1
+                    thread = threads_get(pre)
+                    if thread is None or thread.host not in hosts:
+                        note_host(raw, len(pre), lineno)
             except ValueError:
                 # a number no int holds (a run of over 4,300 digits: a damaged or glued line): this line is
                 # skipped and counted, the log read on (it ended the whole log's reading)
