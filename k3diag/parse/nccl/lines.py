@@ -113,7 +113,10 @@ class LineFeed:
                             inst = thread.current
                             agg = (inst.conns if inst is not None else thread.pending).get(known[1])
                             if agg is not None:
-                                agg.codes.add(known[0])
+                                try:
+                                    agg.codes.add(known[0])
+                                except AttributeError:  # a frozenset the bulk path shares (`ConnAgg.codes`)
+                                    agg.codes = agg.codes | {known[0]}
                             else:
                                 conn_line(thread, rest[5:], raw, lineno)
                             continue
@@ -148,7 +151,10 @@ class LineFeed:
                                 P.remember(tails, rest, (code[1], parsed[0]), P.MAX_REST_CACHE, rest)
                                 agg = (inst.conns if inst is not None else thread.pending).get(parsed[0])
                                 if agg is not None:
-                                    agg.codes.add(code[1])
+                                    try:
+                                        agg.codes.add(code[1])
+                                    except AttributeError:  # a frozenset the bulk path shares
+                                        agg.codes = agg.codes | {code[1]}
                                     continue
                         conn_line(thread, body, raw, lineno)
                         continue
@@ -211,7 +217,10 @@ class LineFeed:
             src, dst, via, direction = key
             agg = target[key] = ConnAgg(code[0], src, dst, parsed[1], parsed[2], direction, via, parsed[3], parsed[4],
                                         lineno, raw.rstrip("\r\n"))
-        agg.codes.add(code[1])
+        try:
+            agg.codes.add(code[1])
+        except AttributeError:  # a frozenset the bulk path shares (`ConnAgg.codes`)
+            agg.codes = agg.codes | {code[1]}
 
     def parse_rest(self, rest: str):
         """`0[0] -> 1[1] [send] via P2P/IPC comm 0x.. nRanks 08` -> (key, sb, db, transport, nranks)."""

@@ -143,7 +143,7 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.trees_cache = {}
         self.once_read = {}
         self.__dict__.pop("_codes", None)
-        for name in ("_rest_bytes", "_kinds", "_plans", "_plain_prefix"):
+        for name in ("_rest_bytes", "_kinds", "_plans", "_plain_prefix", "_code_sets"):
             self.__dict__.pop(name, None)
         self.forget_idle_threads()  # fewer to send and merge; the merge treats both alike
 

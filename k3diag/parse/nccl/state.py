@@ -37,11 +37,14 @@ class ConnAgg:
     nranks_suffix: int | None  # RCCL's `comm 0x.. nRanks NN` suffix
     lineno: int
     text: str  # the first line, as evidence
-    codes: set[int] = field(default_factory=set)
+    # the (channel, connIndex) codes of its lines. An aggregate the bulk path folds from a plan shares the plan's
+    # frozenset (the ranks of a job print the same channels: one set for thousands of aggregates, where a set
+    # of 16 ints is ~730 bytes); a code added on its own then makes it a new set (`add` raises on a frozenset)
+    codes: set[int] | frozenset[int] = field(default_factory=set)
 
     def absorb(self, other: "ConnAgg") -> None:
         """Fold a later-seen aggregate for the same key into this one (keeps the earliest line)."""
-        self.codes |= other.codes
+        self.codes |= other.codes  # a shared frozenset is not changed: `|=` makes a new one
         if other.lineno < self.lineno:
             self.lineno, self.text, self.kind, self.sb, self.db = other.lineno, other.text, other.kind, other.sb, other.db
 
