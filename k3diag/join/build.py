@@ -21,8 +21,8 @@ from k3diag.parse.detect import (
     split_sections,
     streaming_format,
 )
-from k3diag.parse.markdown_head import is_markdown  # the reader itself (`parse.markdown`) only for a document
 from k3diag.parse.lazy_re import lazy
+from k3diag.parse.markdown_head import is_markdown  # the reader itself (`parse.markdown`) only for a document
 from k3diag.parse.registry import FormatSpec, merger, parser_module, spec_named
 from k3diag.parse.text import Section, clean_text, compressed_kind, looks_binary, normalize, unwrap_paste
 
