@@ -11,11 +11,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from k3diag.bundle.common import MANIFEST_NAME, TAR_BLOCK
+from k3diag.compression import compressed
 from k3diag.evidence import open_input
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_BZIP2_MAGIC = b"BZh"
-_XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
 def looks_like_bundle(path: Path) -> bool:
@@ -45,13 +43,10 @@ def looks_like_bundle(path: Path) -> bool:
 
 
 def compression_of(head: bytes) -> str | None:
-    if head.startswith(_GZIP_MAGIC):
-        return "gzip"
-    if head.startswith(_BZIP2_MAGIC):
-        return "bzip2"
-    if head.startswith(_XZ_MAGIC):
-        return "xz"
-    return None
+    """`gzip`, `bzip2` or `xz` for a file whose first bytes are that compressor's (`compression.compressed`);
+    None for any other (zstd and zip are compressed too, but no bundle is)."""
+    found = compressed(head)
+    return found[0] if found is not None else None
 
 
 def decompressor(kind: str, raw: BinaryIO) -> BinaryIO:

@@ -178,10 +178,7 @@ def register(app: typer.Typer) -> None:
             else:
                 spec = find_model(model or "")
             spec = with_overrides(spec, parse_dtype_overrides(dtype), kv_dtype)
-            if from_paths:
-                missing = [str(p) for p in from_paths if not p.exists()]
-                if missing:
-                    _fail(f"{', '.join(missing)} does not exist.")
+            if from_paths:  # a path that is not there is named as every command names it (`exit_unusable_paths`)
                 machine, errors = _machine_from_paths(list(from_paths))
                 notes.extend(errors)
                 label = ", ".join(str(p) for p in from_paths)

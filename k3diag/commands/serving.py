@@ -43,9 +43,6 @@ def register(app: typer.Typer) -> None:
                 _fail(f"{name} must be a positive number of milliseconds, not {value:g}.")
         if slo_stat.lower() not in ("p50", "p95", "p99"):
             _fail(f"--slo-stat must be p50, p95 or p99, not {slo_stat!r}.")
-        missing = [str(p) for p in list(results) + list(from_paths or []) if not p.exists()]
-        if missing:
-            _fail(f"{', '.join(missing)} does not exist; check the path.")
         if model:
             from k3diag.advise.catalog import CatalogError, find_model
 

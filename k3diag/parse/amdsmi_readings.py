@@ -8,6 +8,7 @@ produced them (line None: a library reading has no line).
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -109,4 +110,6 @@ def _list(value: Any) -> list:
 def _int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # `NaN`, `Infinity` or `1e999`, which Python's JSON reader takes: no reading
     return int(value)

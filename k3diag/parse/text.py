@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from k3diag.compression import compressed
 from k3diag.evidence import C0_BYTES, has_c0_controls  # noqa: F401  (C0_BYTES re-exported)
 from k3diag.parse.lazy_re import lazy
 from k3diag.textcodec import decode_text, detect_encoding  # noqa: F401  (re-exported)
@@ -276,23 +277,11 @@ def is_shell_prompt(line: str) -> bool:
     return bool(_SHELL_PROMPT_RE.match(line))
 
 
-# Magic numbers of the compressors people use on logs, and the command that undoes each.
-_COMPRESSED = (
-    (b"\x1f\x8b", "gzip-compressed", "gunzip -k"),
-    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k"),
-    (b"BZh", "bzip2-compressed", "bunzip2 -k"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd"),
-    (b"PK\x03\x04", "a zip archive", "unzip"),
-)
-
-
 def compressed_kind(head: bytes) -> tuple[str, str] | None:
-    """(what it is, the command that unpacks it) for a compressed file, from its magic number. `BZh` is also
-    text ("BZhello"): a bzip2 stream says so only with its block magic after the level digit."""
-    for magic, kind, command in _COMPRESSED:
-        if head.startswith(magic) and (magic != b"BZh" or head[4:10] == b"1AY&SY"):
-            return kind, command
-    return None
+    """(what it is, the command that unpacks it) for a compressed file, from its magic number
+    (`k3diag.compression`, the bundle reader's table too)."""
+    found = compressed(head)
+    return (found[1], found[2]) if found is not None else None
 
 
 # Share of a sample that must be non-text for the whole input to count as binary data. Text with

@@ -15,13 +15,15 @@ import pytest
 
 from k3diag.parse import nvml_readings
 from k3diag.parse.text import Section
+from tests.cli.test_unsearchable_folder import _without_override
 
 REPO = Path(__file__).resolve().parents[2]
 NVML = REPO / "fixtures" / "nvml" / "h100-sxm-8x-nvswitch-gpu3-link-down.json"
 
 
-def _k3diag(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "k3diag", *args], capture_output=True, text=True,
+def _k3diag(*args: str, prefix: list[str] = ()) -> subprocess.CompletedProcess:
+    """The CLI run as a process, after `prefix` (`_without_override()`: root without its right to read any file)."""
+    return subprocess.run([*prefix, sys.executable, "-m", "k3diag", *args], capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
@@ -39,18 +41,13 @@ def test_a_cut_bzip2_or_xz_file_is_called_cut_like_a_gzip_one(tmp_path: Path, su
 
 def test_serving_names_each_unreadable_result_path_on_its_own_line(tmp_path: Path) -> None:
     # serving joined the sentences with "; " on one line, unescaped; analyze gives one line per path
+    prefix = _without_override()
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     for path in (first, second):
         path.write_text("{}")
         path.chmod(0)
     try:
-        if os.geteuid() == 0:
-            pytest.importorskip("shutil").which("setpriv") or pytest.skip("root without setpriv")
-            prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
-        else:
-            prefix = []
-        result = subprocess.run([*prefix, sys.executable, "-m", "k3diag", "serving", str(first), str(second)],
-                                capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        result = _k3diag("serving", str(first), str(second), prefix=prefix)
     finally:
         for path in (first, second):
             path.chmod(0o644)
@@ -62,18 +59,13 @@ def test_serving_names_each_unreadable_result_path_on_its_own_line(tmp_path: Pat
 
 
 def test_audit_words_an_unreadable_bundle_as_every_command_does(tmp_path: Path) -> None:
+    prefix = _without_override()
     bundle = tmp_path / "node.tar.gz"
     bundle.write_bytes(b"")
     bundle.chmod(0)
     try:
-        if os.geteuid() == 0:
-            pytest.importorskip("shutil").which("setpriv") or pytest.skip("root without setpriv")
-            prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
-        else:
-            prefix = []
-        audit, analyze = (subprocess.run([*prefix, sys.executable, "-m", "k3diag", *args], capture_output=True,
-                                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
-                          for args in (["audit", str(bundle), "--model", "k3"], ["analyze", str(bundle)]))
+        audit = _k3diag("audit", str(bundle), "--model", "k3", prefix=prefix)
+        analyze = _k3diag("analyze", str(bundle), prefix=prefix)
     finally:
         bundle.chmod(0o644)
     assert (audit.returncode, analyze.returncode) == (64, 64)
@@ -103,3 +95,14 @@ def test_nvml_evidence_quotes_the_files_values_not_none() -> None:
     assert not [text for text in texts if "None" in text], texts
     assert "nvmlDeviceGetCurrPcieLinkWidth=-16" in result.devices[2].pcie_source.text
     assert result.devices[3].source.text == "NVML device 3"
+
+
+def test_a_path_that_is_not_there_is_worded_alike_by_every_command(tmp_path: Path) -> None:
+    # serving said "... does not exist; check the path." and advise "... does not exist." from checks of their
+    # own, before the reading that names such a path anyway
+    gone = tmp_path / "gone.txt"
+    expected = f"{gone} does not exist; check the path"
+    for args, command in ((["analyze", str(gone)], "analyze"), (["serving", str(gone)], "serving"),
+                          (["advise", "--model", "k3", "--from", str(gone)], "advise")):
+        result = _k3diag(*args)
+        assert (result.returncode, result.stderr) == (64, f"k3diag {command}: {expected}\n"), (args, result.stderr)

@@ -123,7 +123,7 @@ def parse(section, input_name: str) -> ServingResult:
             continue
         value = num(raw)
         if value is not None:
-            doc.setdefault(table, {})[key] = int(value) if table == "world_info" and value == int(value) else value
+            doc.setdefault(table, {})[key] = int(value) if table == "world_info" and value.is_integer() else value
     if "performance" in doc:
         reports.append((doc, *(start or (section.first_line, ""))))
     for report, line_no, text in reports:
