@@ -3,6 +3,7 @@
     python benchmarks/bench_nccl_log.py                          # 300 MiB and 1 GiB, rank blocks, plus interleaved
     python benchmarks/bench_nccl_log.py --sizes 100 --repeat 3   # smaller
     python benchmarks/bench_nccl_log.py --keep --dir /tmp/bench  # keep (and reuse) the generated logs
+    python benchmarks/bench_nccl_log.py --sizes '' --interleave-mb 0 --big-job-mb 100  # 8,192-rank jobs only
 
 The log is built from the line formats NCCL 2.19-2.2x prints with NCCL_DEBUG=INFO
 (NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,NET,COLL): per rank the init lines (`Init START`, the
@@ -164,6 +165,16 @@ def generate(path: Path, size_mb: float, seed: int = 7, nodes: int = NODES, coll
     return {"bytes": written, "jobs": jobs, "ranks_per_job": nranks, "via_lines": via_lines}
 
 
+def _generate_apart(path: Path, size_mb: int, **options: object) -> None:
+    """`generate` in a process of its own. Generated here, a log of big jobs left this process hundreds of
+    MiB large, and the kernel counts the size a child had before its exec in the child's ru_maxrss: k3diag's
+    peak read as 356 MiB where it was 178."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+            f"from pathlib import Path; from bench_nccl_log import generate; "
+            f"generate(Path({str(path)!r}), {size_mb!r}, **{options!r})")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def _run(argv: list[str], out_path: Path | None, cwd: Path, env: dict) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one process tree (largest process). Output goes to a file, never
     /dev/null: GNU grep stops at the first match when its output is /dev/null."""
@@ -230,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="where to write the logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the generated logs (and reuse them next time)")
+    parser.add_argument("--big-job-mb", type=int, default=0,
+                        help="MiB of a log of jobs of 8,192 ranks (1,024 nodes; 0: none): the peak memory of "
+                             "communicators that stay open across a whole part of the file")
     args = parser.parse_args(argv)
 
     repo = Path(__file__).resolve().parents[1]
@@ -238,18 +252,24 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(int(size), False) for size in args.sizes.split(",") if size.strip()]
     if args.interleave_mb:
         cases.append((args.interleave_mb, True))
+    if args.big_job_mb:
+        cases.append((args.big_job_mb, "8192-ranks"))
     made: list[Path] = []
     print(f"cores available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'log':<28} {'grep -c':>8} {'wc -l':>7} {'k3diag':>8} {'x grep':>7} {'x wc':>6} {'peak RSS':>9} "
           f"{'JSON':>8}  {'CPU/n x grep':>12}  runs (in full)")
     try:
         for size, interleave in cases:
-            path = workdir / f"nccl-{size}mb-{'interleaved' if interleave else 'blocks'}.log"
+            kind = interleave if isinstance(interleave, str) else "interleaved" if interleave else "blocks"
+            path = workdir / f"nccl-{size}mb-{kind}.log"
             if not path.exists():
-                generate(path, size, nodes=args.nodes, coll_per_rank=2, interleave=interleave)
+                if kind == "8192-ranks":  # two jobs of 8,192 ranks in 100 MiB (146.7 MB: the jobs are whole)
+                    _generate_apart(path, size, nodes=1024, coll_per_rank=1, interleave=False)
+                else:
+                    _generate_apart(path, size, nodes=args.nodes, coll_per_rank=2, interleave=bool(interleave))
                 made.append(path)
             r = measure(path, args.repeat, repo)
-            label = f"{path.stat().st_size / 2**20:.0f} MiB {'interleaved' if interleave else 'rank blocks'}"
+            label = f"{path.stat().st_size / 2**20:.0f} MiB {'rank blocks' if kind == 'blocks' else kind}"
             print(f"{label:<28} {r['grep']:>7.2f}s {r['wc']:>6.2f}s {r['k3diag']:>7.2f}s {r['k3diag'] / r['grep']:>6.1f}x "
                   f"{r['k3diag'] / r['wc']:>5.1f}x {r['rss_mib']:>6.0f} MiB {r['json_bytes'] / 1e6:>6.2f}MB  "
                   f"{r['cpu_k3diag'] / _parallel() / r['grep']:>11.1f}x  "

@@ -161,6 +161,9 @@ def dumps(report: dict, indent: int | None = 2) -> str:
 # call: the text of the whole report never exists at once, and the encoder stays the fast one
 # (`json.dump` streams too, but through the pure-Python encoder, several times slower).
 _SLICE = 256
+# Objects, and short lists of containers, are written member by member down to this depth (the
+# report, `nccl_runs[]`, a run, its `connections[]`); below it a value is encoded whole.
+_STREAM_DEPTH = 4
 
 
 def write(report: dict, out: TextIO, indent: int | None = None) -> None:
@@ -193,7 +196,7 @@ def _write_indented(report: dict, out: TextIO, indent: int) -> None:
 
 def _write_compact(value: Any, out: TextIO, depth: int) -> None:
     encode = _compact_encoder()
-    if isinstance(value, dict) and depth < 2 and all(isinstance(key, str) for key in value):
+    if isinstance(value, dict) and depth < _STREAM_DEPTH and all(isinstance(key, str) for key in value):
         out.write("{")
         for index, (key, item) in enumerate(value.items()):
             out.write(("," if index else "") + encode(key) + ":")
@@ -204,6 +207,15 @@ def _write_compact(value: Any, out: TextIO, depth: int) -> None:
         for start in range(0, len(value), _SLICE):
             # `[a,b,c]` without its brackets: the elements of this slice, comma-separated
             out.write(("," if start else "") + encode(value[start:start + _SLICE])[1:-1])
+        out.write("]")
+    elif isinstance(value, list) and depth < _STREAM_DEPTH and any(isinstance(item, (dict, list)) for item in value):
+        # a short list of containers (`nccl_runs[]`: 16 communicators, each with thousands of connections)
+        # is written element by element, so a long list inside one of them is sliced too
+        out.write("[")
+        for index, item in enumerate(value):
+            if index:
+                out.write(",")
+            _write_compact(item, out, depth + 1)
         out.write("]")
     else:
         out.write(encode(value))

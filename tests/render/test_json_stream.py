@@ -76,3 +76,29 @@ def test_cli_refuses_an_absurd_indent() -> None:
                           capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == EXIT_USAGE and "between 0 and 8" in done.stderr
+
+
+class _WriteSizes(io.StringIO):
+    """A stream that notes its largest single write: the most text the encoder held at once."""
+
+    largest = 0
+
+    def write(self, text: str) -> int:
+        self.largest = max(self.largest, len(text))
+        return super().write(text)
+
+
+def test_a_few_big_runs_are_written_in_pieces_not_as_one_encoded_list() -> None:
+    # `nccl_runs[]`: 16 communicators at most, but each of an 8,192-rank job holds ~22,000 connections. The
+    # short list used to be encoded in one call: 21.6 MB of text at once, 42 MiB over the command's peak.
+    connection = {"channel": 0, "src_rank": 1, "dst_rank": 2, "via": "P2P/CUMEM/read", "transport": "P2P",
+                  "first": {"input": "job.log", "line": 7, "text": "x" * 60}}
+    runs = [{"nranks": 8192, "connections": [dict(connection, src_rank=i) for i in range(5000)],
+             "rings": [{"channel": c, "order": list(range(300))} for c in range(4)]} for _ in range(3)]
+    report = {"schema": "k3diag.report/1", "nccl": runs[0], "nccl_runs": runs, "gpus": [[1, 2], {"a": []}]}
+    out = _WriteSizes()
+    json_report.write(report, out)
+    assert json.loads(out.getvalue()) == json.loads(json_report.dumps(report))
+    whole_run = len(json_report.dumps(runs[0], indent=None))
+    assert whole_run > 500_000
+    assert out.largest < 100_000, f"one write of {out.largest:,} characters (a run is {whole_run:,})"

@@ -315,8 +315,7 @@ class LineHandlers:
             cached = None
             match = P.RING_ORDER_RE.match(body)
             if match:
-                order = [int(x) for x in match.group("order").split()]
-                cached = (int(match.group("ch")), order)
+                cached = (int(match.group("ch")), self._ring_order(match.group("order")))
             else:
                 arrow = P.RING_ARROW_RE.match(body)
                 if arrow:
@@ -339,6 +338,30 @@ class LineHandlers:
             inst.rings = {}
         if cached[0] not in inst.rings and self._room(inst.rings, P.MAX_RINGS_PER_INSTANCE, "rings"):
             inst.rings[cached[0]] = (cached[1], self._source(lineno, raw))
+
+    def _ring_order(self, text: str) -> list[int]:
+        """The ranks of a ring order, as one list per distinct order and one int per distinct rank: the
+        channels of a ring often print the same order, and rank 0 of an 8,192-rank job prints 16 orders of
+        8,192 ranks (a list of new ints each: ~5 MB). Nothing changes an order once read."""
+        orders = self.ring_orders
+        order = orders.get(text)
+        if order is None:
+            ints = self.rank_ints
+            order = []
+            for token in text.split():
+                value = ints.get(token)
+                if value is None:
+                    value = int(token)
+                    if len(ints) < P.MAX_RANK_INTS:
+                        ints[token] = value
+                order.append(value)
+            # bounded by the text the keys hold (4 orders of 8,192 ranks), so the memory does not depend on the log
+            self.ring_order_chars += len(text)
+            if self.ring_order_chars > P.MAX_RING_ORDER_CHARS:
+                orders.clear()
+                self.ring_order_chars = len(text)
+            orders[text] = order
+        return order
 
     def _trees(self, raw: str, body: str, pre: str, lineno: int) -> None:
         if self.trees_kept >= P.MAX_TREES:

@@ -55,6 +55,9 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.init_timings: dict = {}
         self.ring_cache: dict[str, tuple[int, list[int]] | None] = {}
         self.trees_cache: dict[str, list[tuple]] = {}  # `Trees` text -> (channel, rank, up, down) items
+        self.ring_orders: dict[str, list[int]] = {}  # a ring order's text -> its ranks (`_ring_order`)
+        self.ring_order_chars = 0
+        self.rank_ints: dict[str, int] = {}
         # (host, body) of the facts read (`patterns.read_once`): the body as text on the exact path, as
         # bytes on the bulk path (a fact the other path read is read once more: that changes nothing)
         self.once_read: dict[tuple, bool] = {}
@@ -141,6 +144,9 @@ class NcclLogParser(LineHandlers, FactHandlers, LineFeed, FastFeed):
         self.conn_tails = {}
         self.ring_cache = {}
         self.trees_cache = {}
+        self.ring_orders = {}
+        self.ring_order_chars = 0
+        self.rank_ints = {}
         self.once_read = {}
         self.__dict__.pop("_codes", None)
         for name in ("_rest_bytes", "_kinds", "_plans", "_plain_prefix", "_code_sets"):
