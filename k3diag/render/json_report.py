@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from functools import cache
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from k3diag import __version__
 from k3diag.analyze.finding import Finding
@@ -166,6 +166,18 @@ _SLICE = 256
 _STREAM_DEPTH = 4
 
 
+class StreamedList:
+    """A list of the report whose elements are made as they are written, and let go after (`machines[]`: a
+    full report per machine, ~40 KB each as Python objects, so 5,000 machines held ~200 MiB at once). Read
+    more than once, it makes them again; `dumps` writes it as the list it stands for."""
+
+    def __init__(self, make: Callable[[], Iterable[Any]]) -> None:
+        self._make = make
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._make())
+
+
 def write(report: dict, out: TextIO, indent: int | None = None) -> None:
     """Write the report to `out` as it is encoded, then a newline.
 
@@ -189,8 +201,18 @@ def _write_indented(report: dict, out: TextIO, indent: int) -> None:
     pad = " " * indent
     out.write("{")
     for index, (key, item) in enumerate(report.items()):
+        out.write(("," if index else "") + "\n" + pad + json.dumps(key) + ": ")
+        if isinstance(item, StreamedList):
+            # what `json.dumps(list(item), indent=indent)` gives, indented a level more, one element at a time
+            inner = pad + pad
+            count = 0
+            for count, element in enumerate(item, 1):
+                text = json_text.dumps(element, indent=indent, sort_keys=False, default=_default)
+                out.write(("," if count > 1 else "[") + "\n" + inner + text.replace("\n", "\n" + inner))
+            out.write("\n" + pad + "]" if count else "[]")
+            continue
         text = json_text.dumps(item, indent=indent, sort_keys=False, default=_default)
-        out.write(("," if index else "") + "\n" + pad + json.dumps(key) + ": " + text.replace("\n", "\n" + pad))
+        out.write(text.replace("\n", "\n" + pad))
     out.write("\n}")
 
 
@@ -202,6 +224,13 @@ def _write_compact(value: Any, out: TextIO, depth: int) -> None:
             out.write(("," if index else "") + encode(key) + ":")
             _write_compact(item, out, depth + 1)
         out.write("}")
+    elif isinstance(value, StreamedList):
+        out.write("[")
+        for index, item in enumerate(value):
+            if index:
+                out.write(",")
+            _write_compact(item, out, depth + 1)
+        out.write("]")
     elif isinstance(value, list) and len(value) > _SLICE:
         out.write("[")
         for start in range(0, len(value), _SLICE):
@@ -230,6 +259,8 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 
 def _default(value: Any) -> Any:
+    if isinstance(value, StreamedList):
+        return list(value)
     if hasattr(value, "to_json"):
         return value.to_json()
     if isinstance(value, (set, frozenset, tuple)):

@@ -8,7 +8,7 @@ that no joint verdict exists. Each `machines[]` entry is a full report of one ma
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from k3diag.model.machine import Machine, MachineSet
 
@@ -32,16 +32,21 @@ def several_verdict(machines: MachineSet, analyses: list["Analysis"] = (), lead:
 
 def build_machines_report(machines: MachineSet, analyses: list["Analysis"], codes: list[int],
                           finding: "Finding", exit_code: int) -> dict:
-    from k3diag.render.json_report import build_report
+    """The report of several machines; `machines[]` is made one entry at a time as it is written."""
+    from k3diag.render.json_report import StreamedList, build_report
 
     top = Machine(inputs=list(machines.inputs), notes=list(machines.notes))
     report = build_report(top, [finding], None, several_verdict(machines, analyses, finding.key), exit_code)
-    report["machines"] = []
-    for machine, analysis, code in zip(machines.machines, analyses, codes):
-        entry = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(), code)
-        entry["label"] = machine.label
-        entry["identity"] = machine.identity.to_json()
-        report["machines"].append(entry)
+
+    def entries() -> Iterator[dict]:
+        for machine, analysis, code in zip(machines.machines, analyses, codes):
+            entry = build_report(machine, analysis.findings, analysis.recommendation, analysis.verdict.to_json(),
+                                 code)
+            entry["label"] = machine.label
+            entry["identity"] = machine.identity.to_json()
+            yield entry
+
+    report["machines"] = StreamedList(entries)
     return report
 
 

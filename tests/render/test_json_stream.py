@@ -102,3 +102,25 @@ def test_a_few_big_runs_are_written_in_pieces_not_as_one_encoded_list() -> None:
     whole_run = len(json_report.dumps(runs[0], indent=None))
     assert whole_run > 500_000
     assert out.largest < 100_000, f"one write of {out.largest:,} characters (a run is {whole_run:,})"
+
+
+@pytest.mark.parametrize("indent", [None, 2, 0])
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_machines_are_made_one_at_a_time_as_they_are_written(indent: int | None, count: int) -> None:
+    # `machines[]` of a fleet: 5,000 full reports held at once were ~200 MiB over the command's peak
+    made: list[int] = []
+    out = _WriteSizes()
+
+    def entries():
+        for number in range(count):
+            made.append(len(out.getvalue()))  # how much was written when this one was made
+            yield {"machine": number, "gpus": [{"index": i, "name": "H200"} for i in range(8)], "nan": float("nan")}
+
+    report = {"schema": "k3diag.report/1", "machines": json_report.StreamedList(entries), "after": [1]}
+    json_report.write(report, out, indent=indent)
+    whole = {"schema": "k3diag.report/1", "machines": list(entries()), "after": [1]}
+    assert out.getvalue() == (json_report.dumps(whole, indent=indent) if indent is not None
+                              else json_report.dumps(whole, indent=None).replace(", ", ",").replace(": ", ":")) + "\n"
+    assert json.loads(out.getvalue())["machines"][count - 1:] == ([] if not count else
+                                                                  [json.loads(json_report.dumps(whole))["machines"][-1]])
+    assert made[:count] == sorted(set(made[:count]))  # each made after the one before was written
