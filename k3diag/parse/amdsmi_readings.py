@@ -52,17 +52,20 @@ def parse(section: Section, input_name: str) -> AmdTopology:
         fact = result.gpu_by_index(index)
         fact.bus_id = bus
         fact.name = gpu.get("name") if isinstance(gpu.get("name"), str) else None
-        fact.numa_node = _int(gpu.get("numa_node"))
+        # -1: amdsmi's "no NUMA node" (a single-socket host), not a damaged reading
+        fact.numa_node = _int(gpu.get("numa_node"), f"GPU{index} numa_node", result, minimum=-1)
         if fact.numa_node is not None and fact.numa_node < 0:
             fact.numa_node = None
         pcie = gpu.get("pcie") if isinstance(gpu.get("pcie"), dict) else {}
-        fact.pcie_gen_current = _int(pcie.get("gen_current"))
-        fact.pcie_gen_max = _int(pcie.get("gen_max"))
-        fact.pcie_width_current = _int(pcie.get("width_current"))
-        fact.pcie_width_max = _int(pcie.get("width_max"))
-        fact.source = SourceRef(
-            input_name, None, f"amdsmi GPU{index}: bdf {bus}, NUMA node {fact.numa_node}, {fact.name or 'name unknown'}"
-        )
+        fact.pcie_gen_current = _int(pcie.get("gen_current"), f"GPU{index} pcie.gen_current", result)
+        fact.pcie_gen_max = _int(pcie.get("gen_max"), f"GPU{index} pcie.gen_max", result)
+        fact.pcie_width_current = _int(pcie.get("width_current"), f"GPU{index} pcie.width_current", result)
+        fact.pcie_width_max = _int(pcie.get("width_max"), f"GPU{index} pcie.width_max", result)
+        # what was read, and only that: a reading the file lacks is left out, never quoted as "None"
+        said = [f"bdf {bus}" if bus else "", f"NUMA node {fact.numa_node}" if fact.numa_node is not None else "",
+                fact.name or ""]
+        fact.source = SourceRef(input_name, None, f"amdsmi GPU{index}: " + (", ".join(filter(None, said))
+                                                                              or "no bdf, NUMA node or name read"))
         errors = gpu.get("errors") if isinstance(gpu.get("errors"), dict) else {}
         for key, error in errors.items():
             result.warnings.append(f"amdsmi GPU{index} {key}: {error}")
@@ -79,19 +82,22 @@ def parse(section: Section, input_name: str) -> AmdTopology:
         raw = pair.get("link_type")
         fact.link_type = normalize_link_type(raw) if isinstance(raw, str) else None
         fact.link_type_raw = None if raw is None else str(raw)
-        fact.hops = _int(pair.get("hops"))
-        fact.weight = _int(pair.get("weight"))
+        label = f"GPU{src} -> GPU{dst}"
+        fact.hops = _int(pair.get("hops"), f"{label} hops", result)
+        fact.weight = _int(pair.get("weight"), f"{label} weight", result)
         accessible = pair.get("p2p_accessible")
         fact.accessible = accessible if isinstance(accessible, bool) else None
-        fact.bandwidth_min = _int(pair.get("bandwidth_min"))
-        fact.bandwidth_max = _int(pair.get("bandwidth_max"))
-        label = f"GPU{src} -> GPU{dst}"
+        fact.bandwidth_min = _int(pair.get("bandwidth_min"), f"{label} bandwidth_min", result)
+        fact.bandwidth_max = _int(pair.get("bandwidth_max"), f"{label} bandwidth_max", result)
+        hops = f", hops {fact.hops}" if fact.hops is not None else ""
         fact.sources["link_type"] = SourceRef(
-            input_name, None, f"amdsmi_topo_get_link_type({label}): {fact.link_type_raw or 'unknown'}, hops {fact.hops}"
+            input_name, None, f"amdsmi_topo_get_link_type({label}): {fact.link_type_raw or 'not read'}{hops}"
         )
-        fact.sources["weight"] = SourceRef(input_name, None, f"amdsmi_topo_get_link_weight({label}): {fact.weight}")
+        fact.sources["weight"] = SourceRef(input_name, None, f"amdsmi_topo_get_link_weight({label}): "
+                                                             f"{'not read' if fact.weight is None else fact.weight}")
         fact.sources["accessible"] = SourceRef(
-            input_name, None, f"amdsmi_is_P2P_accessible({label}): {fact.accessible}"
+            input_name, None, f"amdsmi_is_P2P_accessible({label}): "
+                              f"{'not read' if fact.accessible is None else fact.accessible}"
         )
         if fact.bandwidth_max is not None:
             fact.sources["bandwidth"] = SourceRef(
@@ -107,9 +113,16 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _int(value: Any, where: str, result: AmdTopology, minimum: int = 0) -> int | None:
+    """A count amdsmi gave, when it is a whole number of at least `minimum`. Another value (`NaN`, `Infinity` or
+    `1e999`, which Python's JSON reader takes; a string, a fraction, a negative count: a damaged or hand-edited
+    file) is no reading, and said, naming `where`; an absent one (`null`) is only unknown."""
+    if value is None:
         return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # `NaN`, `Infinity` or `1e999`, which Python's JSON reader takes: no reading
-    return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+        return value
+    shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) else type(value).__name__
+    result.warnings.append(f"amdsmi {where} is {shown[:40]}, not a count; read as not known")
+    return None

@@ -125,10 +125,7 @@ def parse(section: Section, input_name: str) -> NvmlReadingsResult:
                 path=path,
                 pcie_path=_str(raw.get("pcie_path")),
                 nvlinks=_int(raw.get("nvlinks")),
-                source=cite(
-                    f"nvmlDeviceGetTopologyCommonAncestor(GPU{a}, GPU{b})={raw.get('topology_level')} "
-                    f"({raw.get('pcie_path')}), NVLinks joining them: {raw.get('nvlinks')}"
-                ),
+                source=cite(_link_call(a, b, raw)),
             )
         )
     for raw in _list(document.get("p2p"), "p2p", result):
@@ -149,10 +146,23 @@ def parse(section: Section, input_name: str) -> NvmlReadingsResult:
                 dst=dst,
                 capability=capability,
                 status=status,
-                source=cite(f"nvmlDeviceGetP2PStatus(GPU{src}, GPU{dst}, {capability})={raw.get('raw')} ({status})"),
+                source=cite(f"nvmlDeviceGetP2PStatus(GPU{src}, GPU{dst}, {capability})="
+                            + " ".join(_said(raw.get("raw"), f"({status})" if status is not None else None))),
             )
         )
     return result
+
+
+def _said(*values: Any) -> list[str]:
+    """The values the file holds, as text; those it lacks left out (an evidence line never reads "None")."""
+    return [str(value) for value in values if value is not None] or ["not read"]
+
+
+def _link_call(a: int, b: int, raw: dict) -> str:
+    level, pcie_path, nvlinks = raw.get("topology_level"), raw.get("pcie_path"), raw.get("nvlinks")
+    text = f"nvmlDeviceGetTopologyCommonAncestor(GPU{a}, GPU{b})=" + " ".join(
+        _said(level, f"({pcie_path})" if pcie_path is not None else None))
+    return text + (f", NVLinks joining them: {nvlinks}" if nvlinks is not None else "")
 
 
 def _device(raw: Any, cite, result: NvmlReadingsResult) -> NvmlDevice | None:

@@ -72,3 +72,17 @@ def test_a_negative_or_non_numeric_reading_is_said_and_not_used() -> None:
         "GPU1: memory_total_mib is 'eighty', not a size in MiB; ignored",
         "GPU2: pcie.width_current is -16, not a count; ignored",
     ]
+
+
+def test_a_link_or_p2p_reading_the_file_lacks_is_left_out_of_its_citation() -> None:
+    # `...=None (None), NVLinks joining them: None` before
+    document = json.loads((NVML / "h100-sxm-8x-nvswitch-gpu3-link-down.json").read_text())
+    document["links"][0] = {"a": document["links"][0]["a"], "b": document["links"][0]["b"], "path": "NV18"}
+    document["links"][1].pop("nvlinks")
+    document["p2p"][0].pop("raw")
+    result = nvml_readings.parse(Section(json.dumps(document), 1), "r.json")
+    cited = [pair.source.text for pair in result.pairs] + [p2p.source.text for p2p in result.p2p]
+    assert not any("None" in text for text in cited), [text for text in cited if "None" in text]
+    assert result.pairs[0].source.text.endswith(")=not read") and result.pairs[0].path == "NV18"
+    assert "NVLinks joining them" not in result.pairs[1].source.text
+    assert result.p2p[0].source.text.endswith(f")=({result.p2p[0].status})")
