@@ -229,7 +229,7 @@ def _write_compact(value: Any, out: TextIO, depth: int) -> None:
         for index, item in enumerate(value):
             if index:
                 out.write(",")
-            _write_compact(item, out, depth + 1)
+            _write_compact(item, out, 0)  # a `machines[]` entry is a whole report: streamed as the top one is
         out.write("]")
     elif isinstance(value, list) and len(value) > _SLICE:
         out.write("[")

@@ -124,3 +124,15 @@ def test_machines_are_made_one_at_a_time_as_they_are_written(indent: int | None,
     assert json.loads(out.getvalue())["machines"][count - 1:] == ([] if not count else
                                                                   [json.loads(json_report.dumps(whole))["machines"][-1]])
     assert made[:count] == sorted(set(made[:count]))  # each made after the one before was written
+
+
+def test_a_machine_entry_is_streamed_as_deep_as_a_whole_report() -> None:
+    # each `machines[]` entry is a full report: its `nccl_runs[]` was two levels too deep to be streamed
+    connection = {"channel": 0, "src_rank": 1, "dst_rank": 2, "via": "NET/IB/0/GDRDMA", "first": {"text": "y" * 60}}
+    run = {"nranks": 8192, "connections": [dict(connection, src_rank=i) for i in range(5000)]}
+    report = {"schema": "k3diag.report/1",
+              "machines": json_report.StreamedList(lambda: ({"nccl": run, "nccl_runs": [run]} for _ in range(2)))}
+    out = _WriteSizes()
+    json_report.write(report, out)
+    assert json.loads(out.getvalue())["machines"][1]["nccl_runs"][0]["connections"][4999]["src_rank"] == 4999
+    assert out.largest < 100_000, f"one write of {out.largest:,} characters"
