@@ -59,6 +59,10 @@ def _value(text: str) -> str | None:
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
+    # A whole `nvidia-smi -q` (product name, PCI...) belongs to the generic -q parser, which reads this block too.
+    # Looked for first: one search, where the line scans below took ~3 ms of every 8-GPU `-q` a file holds.
+    if re.search(r"(?m)^\s+(Product Name|Bus Id|GPU Link Info|FB Memory Usage)\s*:?", head):
+        return 0.0
     lines = head.split("\n")[:3000]
     titles = sum(1 for line in lines if line.strip() == "Fabric")
     keys = sum(1 for line in lines if (m := _KEY_VALUE_RE.match(line)) and m.group("key").strip().lower()
@@ -66,9 +70,6 @@ def sniff(text: str) -> float:
     states = sum(1 for line in lines if (m := _KEY_VALUE_RE.match(line)) and m.group("key").strip() == "State")
     # Older drivers print only `State : N/A` / `Status : N/A` under Fabric (no clique fields).
     if not titles or not (keys or (states and re.search(r"=+\s*NVSMI LOG\s*=+", head))):
-        return 0.0
-    # A whole `nvidia-smi -q` (product name, PCI...) belongs to the generic -q parser, which reads this block too.
-    if re.search(r"(?m)^\s+(Product Name|Bus Id|GPU Link Info|FB Memory Usage)\s*:?", head):
         return 0.0
     return 1.0
 

@@ -114,3 +114,26 @@ def test_once_a_sniffer_is_certain_the_hints_after_it_are_not_searched(monkeypat
     detect_module._detect_head.cache_clear()
     detect_module.detect(text, "lspci -vv")
     assert "lspci-vv" in searched
+
+
+def test_the_fabric_sniffer_gives_a_whole_nvidia_smi_q_away_before_scanning_its_lines(monkeypatch) -> None:
+    # its hint matches every `-q` that has a Fabric block, and it ran three regexes over 3,000 lines before
+    # its one search for `Product Name`: ~3 ms of each 8-GPU `-q` in a file of many
+    from k3diag.parse import nvidia_fabric
+
+    text = (FIXTURES / "nvidia" / "smi-q-8xh100-565-multi-gpu-fabric.txt").read_text()
+    matched: list[str] = []
+
+    class Counting:
+        def match(self, line: str):
+            matched.append(line)
+            return real.match(line)
+
+    real = nvidia_fabric._KEY_VALUE_RE
+    monkeypatch.setattr(nvidia_fabric, "_KEY_VALUE_RE", Counting())
+    assert nvidia_fabric.sniff(text) == 0.0
+    assert matched == []
+    # a fabric excerpt (no `Product Name`) is still read as one
+    excerpt = "\n".join(line for line in text.split("\n")[:400] if "Product Name" not in line and "Bus Id" not in line
+                        and "GPU Link Info" not in line and "FB Memory Usage" not in line)
+    assert "Fabric" in excerpt and nvidia_fabric.sniff(excerpt) == 1.0
