@@ -22,7 +22,9 @@ both alike. Cases (the targets of issue 13 in brackets):
            each naming no host (one machine read many times) or each after a prompt naming its own
            host (`pdsh -a nvidia-smi topo -m` of a fleet: one machine per section), N and 10 N sections
            (`--sections N`, default 1,000 and 500 hosts), the larger against the smaller [at most 12x:
-           linear; grouping the sections was quadratic, 10,000 sections took minutes]
+           linear; grouping the sections was quadratic, 10,000 sections took minutes]; and N / 10 and N
+           copies of a real 8-GPU `nvidia-smi -q` (80 KB each, fixtures/nvidia), told apart only by GPU
+           UUID [at most 12x]
 
 The generated inputs are written to a temporary folder (`--keep DIR` keeps them). NCCL logs have
 their own benchmark, `bench_nccl_log.py`.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import pty
+import re
 import shutil
 import statistics
 import subprocess
@@ -261,6 +264,15 @@ def topo_sections(count: int, hosts: bool) -> str:
     return "".join(f"root@gpu{index:05d}:~# nvidia-smi topo -m\n{section}" for index in range(count))
 
 
+SMI_Q = REPO / "fixtures" / "nvidia" / "smi-q-8xh100-565-multi-gpu-fabric.txt"
+
+
+def query_sections(count: int) -> str:
+    """`count` copies of an 8-GPU `nvidia-smi -q`, each machine's GPU UUIDs made its own."""
+    text = SMI_Q.read_text()
+    return "".join(re.sub(r"GPU-[0-9a-f]{8}", f"GPU-{index:08x}", text) for index in range(count))
+
+
 def bench_sections(repeat: int, count: int, folder: Path) -> None:
     for hosts, smaller in ((False, count), (True, max(1, count // 2))):
         cases = {}
@@ -272,6 +284,14 @@ def bench_sections(repeat: int, count: int, folder: Path) -> None:
         labels = list(cases)
         report(f"one file of many topo -m outputs ({'a host each' if hosts else 'no host'})",
                alternate(cases, repeat), labels[0], {labels[1]: 12.0})
+    cases = {}
+    for sections in (max(1, count // 10), max(1, count // 10) * 10):
+        path = folder / f"smi-q-{sections}-sections.txt"
+        path.write_text(query_sections(sections))
+        cases[f"k3diag analyze, {sections:,} nvidia-smi -q --json"] = (k3diag("analyze", str(path), "--json"), False)
+    labels = list(cases)
+    report("one file of many nvidia-smi -q outputs (GPU UUIDs differ)", alternate(cases, repeat), labels[0],
+           {labels[1]: 12.0})
 
 
 def main() -> int:
