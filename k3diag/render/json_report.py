@@ -193,27 +193,38 @@ def write(report: dict, out: TextIO, indent: int | None = None) -> None:
 
 
 def _write_indented(report: dict, out: TextIO, indent: int) -> None:
-    if not report:
-        out.write("{}")
-        return
-    # A member's own text is indented one level deeper inside the object: JSON text holds no raw newline
-    # but those the encoder puts between items, so each of them gains the object's indent.
-    pad = " " * indent
-    out.write("{")
-    for index, (key, item) in enumerate(report.items()):
-        out.write(("," if index else "") + "\n" + pad + json.dumps(key) + ": ")
-        if isinstance(item, StreamedList):
-            # what `json.dumps(list(item), indent=indent)` gives, indented a level more, one element at a time
-            inner = pad + pad
-            count = 0
-            for count, element in enumerate(item, 1):
-                text = json_text.dumps(element, indent=indent, sort_keys=False, default=_default)
-                out.write(("," if count > 1 else "[") + "\n" + inner + text.replace("\n", "\n" + inner))
-            out.write("\n" + pad + "]" if count else "[]")
-            continue
-        text = json_text.dumps(item, indent=indent, sort_keys=False, default=_default)
-        out.write(text.replace("\n", "\n" + pad))
-    out.write("\n}")
+    _write_indented_value(report, out, " " * indent, 0, 0)
+
+
+def _write_indented_value(value: Any, out: TextIO, pad: str, level: int, depth: int) -> None:
+    """`value` as `json.dumps(value, indent=len(pad))` writes it `level` levels deep, byte for byte, streamed as
+    `_write_compact` streams: JSON text holds no raw newline but those the encoder puts between items, so an
+    encoded value is moved one level deeper by indenting each of them."""
+    here = pad * level
+    if isinstance(value, dict) and value and depth < _STREAM_DEPTH and all(isinstance(key, str) for key in value):
+        inner = here + pad
+        for index, (key, item) in enumerate(value.items()):
+            out.write(("," if index else "{") + "\n" + inner + json.dumps(key) + ": ")
+            _write_indented_value(item, out, pad, level + 1, depth + 1)
+        out.write("\n" + here + "}")
+    elif isinstance(value, StreamedList) or (isinstance(value, list) and depth < _STREAM_DEPTH
+                                             and any(map(_holds_long_list, value))):
+        inner = here + pad
+        count = 0
+        for count, item in enumerate(value, 1):
+            out.write(("," if count > 1 else "[") + "\n" + inner)
+            # a `machines[]` entry is a whole report: streamed as the top one is
+            _write_indented_value(item, out, pad, level + 1, 0 if isinstance(value, StreamedList) else depth + 1)
+        out.write("\n" + here + "]" if count else "[]")
+    elif isinstance(value, list) and len(value) > _SLICE:
+        for start in range(0, len(value), _SLICE):
+            text = json_text.dumps(value[start:start + _SLICE], indent=len(pad), sort_keys=False, default=_default)
+            # the slice's elements without `[\n` and `\n]`, each line already one level in
+            out.write(("," if start else "[") + "\n" + here + text[2:-2].replace("\n", "\n" + here))
+        out.write("\n" + here + "]")
+    else:
+        text = json_text.dumps(value, indent=len(pad), sort_keys=False, default=_default)
+        out.write(text.replace("\n", "\n" + here) if level else text)
 
 
 def _write_compact(value: Any, out: TextIO, depth: int) -> None:

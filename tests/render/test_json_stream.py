@@ -136,3 +136,20 @@ def test_a_machine_entry_is_streamed_as_deep_as_a_whole_report() -> None:
     json_report.write(report, out)
     assert json.loads(out.getvalue())["machines"][1]["nccl_runs"][0]["connections"][4999]["src_rank"] == 4999
     assert out.largest < 100_000, f"one write of {out.largest:,} characters"
+
+
+@pytest.mark.parametrize("indent", [0, 2, 4])
+def test_indented_output_is_streamed_too_and_byte_for_byte_what_dumps_gives(indent: int) -> None:
+    # `--json-indent` encoded each top-level member whole: `nccl_runs[]` of an 8,192-rank job at once
+    connection = {"channel": 0, "src_rank": 1, "dst_rank": 2, "via": "P2P/CUMEM/read", "first": {"text": "z" * 60}}
+    runs = [{"nranks": 8192, "connections": [dict(connection, src_rank=i) for i in range(3000)], "empty": {},
+             "none": [], "keys": {1: "int key"}, "odd": [float("inf"), (1, 2)]} for _ in range(3)]
+    report = {"schema": "k3diag.report/1", "nccl_runs": runs, "pci": [PciDevice(bdf=f"0000:00:{i % 32:02x}.0")
+                                                                      for i in range(300)], "flat": list(range(600))}
+    for value in (report, _report([EXAMPLE])):
+        out = _WriteSizes()
+        json_report.write(value, out, indent=indent)
+        assert out.getvalue() == json_report.dumps(value, indent=indent) + "\n"
+    out = _WriteSizes()
+    json_report.write(report, out, indent=indent)
+    assert out.largest < 200_000, f"one write of {out.largest:,} characters"
