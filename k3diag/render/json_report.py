@@ -161,8 +161,8 @@ def dumps(report: dict, indent: int | None = 2) -> str:
 # call: the text of the whole report never exists at once, and the encoder stays the fast one
 # (`json.dump` streams too, but through the pure-Python encoder, several times slower).
 _SLICE = 256
-# Objects, and short lists of containers, are written member by member down to this depth (the
-# report, `nccl_runs[]`, a run, its `connections[]`); below it a value is encoded whole.
+# Objects, and short lists of objects that hold a long list, are written member by member down to this
+# depth (the report, `nccl_runs[]`, a run, its `connections[]`); below it a value is encoded whole.
 _STREAM_DEPTH = 4
 
 
@@ -182,8 +182,8 @@ def write(report: dict, out: TextIO, indent: int | None = None) -> None:
     """Write the report to `out` as it is encoded, then a newline.
 
     Compact by default (no spaces, one line: what scripts read, and the smallest); `indent`
-    indents it for people (`--json-indent 2`), the text of one top-level member at a time (as
-    `json.dump` would indent it). Either way the same document: `json.loads` of both gives equal
+    indents it for people (`--json-indent 2`), byte for byte as `json.dumps(indent=N)` would. Both are
+    streamed alike (`_write_compact`). Either way the same document: `json.loads` of both gives equal
     values; and a JSON one (a non-finite number is `null`: `model.json_text`)."""
     if indent is not None:
         _write_indented(report, out, indent)
