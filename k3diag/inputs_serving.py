@@ -39,10 +39,14 @@ def load_serving(paths: list[Path]) -> ServingInputs:
     out.inputs = [record.to_json() for record in machine.inputs]
     out.warnings.extend(e for e in errors if SIDECAR not in e)
     # An input that is no result k3diag reads must not vanish from the text report (it was only in --json).
+    # Nor what reading a result said of it (a number read as null, a cut file, a reply's marks taken off).
     for record in machine.inputs:
         if record.format == "unknown":
             why = record.warnings[0] if record.warnings else "no format k3diag reads was found in it"
             out.warnings.append(why if why.startswith(record.path) else f"{record.path}: {why}")
+        else:
+            out.warnings.extend(why if why.startswith(record.path) else f"{record.path}: {why}"
+                                for why in record.warnings)
     out.runs = list(machine.extras.get(RUNS, []))
     engines: list[EngineLog] = list(machine.extras.get(ENGINES, []))
     sidecars: dict[Path, dict | None] = {}

@@ -52,7 +52,7 @@ def bytes_look_like_bundle(data: bytes) -> bool:
     from k3diag.bundle.common import TAR_BLOCK
     from k3diag.bundle.detect import compression_of, decompressor, is_tar_header
 
-    kind = compression_of(data[:16])
+    kind = compression_of(data)
     if kind is None:
         return is_tar_header(data[:TAR_BLOCK])
     try:

@@ -313,7 +313,7 @@ def _parse_section(
     def call(module):
         try:
             return module.parse(section, item.name)
-        except ValueError:
+        except (ValueError, OverflowError):
             fixed = _huge_numbers_out(section)
             if fixed is None:
                 raise
@@ -324,21 +324,22 @@ def _parse_section(
     return _run_parser(spec, call, item, record, note)
 
 
-# A run of digits longer than Python's int() takes (`sys.get_int_max_str_digits()`, 4,300; converting one
-# costs time with its square, the reason for the limit): no tool prints such a number. One in a damaged or
-# glued line raised ValueError out of the parser, and the whole section was lost for one value.
-_HUGE_NUMBER_RE = lazy(r"\d{4301,}")
+# A number no float holds (over 309 digits; `float()` of such an int raises OverflowError, as the JSON
+# readers' values do) or longer than Python's int() takes (`sys.get_int_max_str_digits()`, 4,300: ValueError):
+# no tool prints one. One in a damaged or glued line raised out of the parser, and the whole section was lost
+# for one value. Its sign and fraction go with it, so `-1...` or `1....5` in JSON becomes `null`, not `-null`.
+_HUGE_NUMBER_RE = lazy(r"-?\d{310,}(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def _huge_numbers_out(section: Section) -> tuple[Section, list[str]] | None:
-    """`section` with each number no int holds read as not available (`N/A`, `null` in JSON), and what was
-    done in words; None when it holds no such number (the parser failed for another reason)."""
+    """`section` with each number no float or int holds read as not available (`N/A`, `null` in JSON), and
+    what was done in words; None when it holds no such number (the parser failed for another reason)."""
     found = list(_HUGE_NUMBER_RE.finditer(section.text))
     if not found:
         return None
     token = "null" if section.text.lstrip()[:1] in ("{", "[") else "N/A"
     said = [f"line {section.first_line + section.text.count(chr(10), 0, match.start())}: a number of "
-            f"{match.end() - match.start():,} digits, which no tool prints (a damaged line?), was read as {token}"
+            f"{sum(map(str.isdigit, match.group())):,} digits, which no tool prints (a damaged line?), was read as {token}"
             for match in found[:3]]
     if len(found) > 3:
         said.append(f"{len(found) - 3:,} more such numbers were read as {token}")

@@ -8,13 +8,13 @@ produced them (line None: a library reading has no line).
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
 from k3diag.model.amd_records import AmdTopology, normalize_link_type
 from k3diag.model.source import SourceRef
 from k3diag.parse.ids import is_bdf, normalize_bdf
+from k3diag.parse.json_values import whole_number
 from k3diag.parse.text import Section
 
 FORMAT = "amdsmi-readings"
@@ -117,12 +117,9 @@ def _int(value: Any, where: str, result: AmdTopology, minimum: int = 0) -> int |
     """A count amdsmi gave, when it is a whole number of at least `minimum`. Another value (`NaN`, `Infinity` or
     `1e999`, which Python's JSON reader takes; a string, a fraction, a negative count: a damaged or hand-edited
     file) is no reading, and said, naming `where`; an absent one (`null`) is only unknown."""
-    if value is None:
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
-        return value
+    number = whole_number(value, minimum)
+    if number is not None or value is None:
+        return number
     shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) else type(value).__name__
     result.warnings.append(f"amdsmi {where} is {shown[:40]}, not a count; read as not known")
     return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3diag.model.source import SourceRef
+from k3diag.parse.json_values import whole_number
 from k3diag.parse.text import Section
 
 SCHEMA_PREFIX = "k3diag.nvml-readings/"
@@ -215,8 +216,8 @@ def _reading(value: Any, minimum: int, where: str, kind: str, result: NvmlReadin
     """A count or size NVML gives, when it is an integer of at least `minimum`. A value of another type, or
     out of range, is not a reading (a hand-edited or damaged file): said, naming `where`, and not used (a GPU
     of -5 MiB made advise plan for -0.0 GiB)."""
-    number = _int(value)
-    if number is not None and number >= minimum:
+    number = whole_number(value, minimum)
+    if number is not None:
         return number
     if value is not None:
         result.warnings.append(f"{where} is {value!r}, not {kind}; ignored")

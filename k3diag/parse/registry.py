@@ -185,13 +185,8 @@ def available_formats(text: str | None = None) -> list[FormatSpec]:
     """Formats whose parser exists; given `text`, only those whose hint occurs in it."""
     if text is None:
         return [spec for spec in FORMATS if parser_module(spec) is not None]
-    return [spec for spec in hinted_formats(text) if parser_module(spec) is not None]
-
-
-def hinted_formats(text: str) -> list[FormatSpec]:
-    """The formats whose hint occurs in `text`, in `FORMATS` order, none of their parsers imported."""
     folded = fold(text)  # once for every hint
-    return [spec for spec in FORMATS if spec.may_match(text, folded)]
+    return [spec for spec in FORMATS if spec.may_match(text, folded) and parser_module(spec) is not None]
 
 
 def spec_named(name: str) -> FormatSpec | None:
