@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from k3diag.model.bench_records import NvbandwidthBenchmark, NvbandwidthTestcase
 from k3diag.model.source import SourceRef
+from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index, shown_digits
 
 START_RE = re.compile(r"^\s*nvbandwidth Version:")
 _RUNNING_RE = re.compile(r"^\W*Running (?P<name>\w+)\.?\s*$")
@@ -119,6 +120,7 @@ def _parse_text(section, input_name: str) -> NvbandwidthResult:
     unnamed: list[NvbandwidthTestcase] = []
     rows: dict[int, list[float | None]] = {}
     width: int | None = None
+    damaged: list[str] = []  # lines whose GPU index is no GPU index (`matrix_labels`)
 
     def finish_matrix() -> None:
         nonlocal rows, width
@@ -148,6 +150,9 @@ def _parse_text(section, input_name: str) -> NvbandwidthResult:
         match = _DEVICE_RE.match(line)
         if match and not line.lstrip().startswith("Device=") and "Version" not in line:
             bus = match.group("bus")
+            if gpu_index(match.group("idx")) is None:
+                damaged.append(f"line {lineno}: device {shown_digits(match.group('idx'))}")
+                continue
             bench.devices.append({"index": int(match.group("idx")), "name": match.group("name") or None,
                                   "bus_id": _bdf(bus) if bus else None})
             continue
@@ -204,13 +209,20 @@ def _parse_text(section, input_name: str) -> NvbandwidthResult:
             if width is not None and len(cells) != width:
                 result.warnings.append(f"line {lineno}: {len(cells)} values for {width} columns in {current.name or 'a matrix'}")
                 cells = (cells + [None] * width)[:width]
-            rows[int(match.group("label"))] = cells
+            label = gpu_index(match.group("label"))
+            if label is None:
+                damaged.append(f"line {lineno}: row {shown_digits(match.group('label'))}")
+                continue
+            rows[label] = cells
     finish_matrix()
     for index, case in enumerate(unnamed):
         name = f"unnamed_{index}"
         case.name = name
         bench.testcases[name] = case
         result.warnings.append(f"a matrix ({case.description}) has no test name (its Running/SUM lines are missing)")
+    warning = damaged_index_warning(damaged)
+    if warning:
+        result.warnings.append(warning)
     if bench.testcases or bench.devices or bench.version:
         result.benchmarks.append(bench)
     else:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from k3diag.model.bench_records import P2PBandwidthBenchmark, P2PGpu
 from k3diag.model.source import SourceRef
+from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index, shown_digits
 
 START_RE = re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")
 _DEVICE_RE = re.compile(
@@ -72,6 +73,8 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
     rows: dict[int, list[float | None]] = {}
     width: int | None = None
     problems: list[str] = []
+    damaged: list[str] = []  # lines whose GPU index is no GPU index (`matrix_labels`)
+    bad_addresses: list[str] = []  # device lines whose PCI bus or device number is out of range
 
     def close() -> None:
         nonlocal rows, current
@@ -89,15 +92,23 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
             continue
         match = _DEVICE_RE.search(line)
         if match:
-            idx = int(match.group("idx"))
-            bus_id = f"{int(match.group('dom'), 16):04x}:{int(match.group('bus'), 16):02x}:{int(match.group('dev'), 16):02x}.0"
+            idx = gpu_index(match.group("idx"))
+            if idx is None:
+                damaged.append(f"line {lineno}: device index {shown_digits(match.group('idx'))}")
+                continue
+            bus_id = _bus_id(match.group("dom"), match.group("bus"), match.group("dev"))
+            if bus_id is None:
+                bad_addresses.append(f"line {lineno}")
             bench.gpus.append(P2PGpu(idx, match.group("name").strip() or None, bus_id))
             # the line that names the device: the inventory and the identity check cite it
             bench.sources.setdefault(f"device:{idx}", SourceRef(input_name, lineno, line))
             continue
         match = _ACCESS_RE.search(line)
         if match:
-            a, b = int(match.group("a")), int(match.group("b"))
+            a, b = gpu_index(match.group("a")), gpu_index(match.group("b"))
+            if a is None or b is None:
+                damaged.append(f"line {lineno}: peer access between devices {shown_digits(match.group('a'))} and {shown_digits(match.group('b'))}")
+                continue
             access[(a, b)] = match.group("state") == "CAN"
             bench.sources.setdefault(f"access:{a}:{b}", SourceRef(input_name, lineno, line))
             continue
@@ -134,7 +145,11 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
                 continue
             if width is not None and len(tokens) > width + 1:
                 tokens = tokens[len(tokens) - width - 1 :]  # editor line numbers in front
-            connectivity[int(tokens[0])] = [int(v) for v in tokens[1:]]
+            row = gpu_index(tokens[0])
+            if row is None:
+                damaged.append(f"line {lineno}: connectivity row {shown_digits(tokens[0])}")
+                continue
+            connectivity[row] = [_connectivity_cell(v) for v in tokens[1:]]
             continue
         first_cell = _CELL_RE.search(line)
         if not first_cell:
@@ -143,7 +158,10 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
         labels = re.findall(r"\d+", line[: first_cell.start()])
         if not labels:
             continue
-        label = int(labels[-1])
+        label = gpu_index(labels[-1])
+        if label is None:
+            damaged.append(f"line {lineno}: row {shown_digits(labels[-1])} of '{current}'")
+            continue
         cells = [_cell(c) for c in _CELL_RE.findall(line[first_cell.start():])]
         if width is not None and len(cells) != width:
             problems.append(f"line {lineno}: {len(cells)} values for {width} columns in '{current}'")
@@ -163,7 +181,26 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
         result.warnings.append("no p2pBandwidthLatencyTest matrix or device line found")
     for problem in problems[:10]:
         result.warnings.append(f"misaligned matrix row ({problem}); its missing cells are left unknown")
+    warning = damaged_index_warning(damaged)
+    if warning:
+        result.warnings.append(warning)
+    if bad_addresses:
+        result.warnings.append(f"damaged PCI address (a bus above ff or a device above 1f) on {', '.join(bad_addresses[:10])}: "
+                               "those GPUs are listed without one")
     return result
+
+
+def _bus_id(domain: str, bus: str, device: str) -> str | None:
+    """The device's PCI address from the fields the sample prints in hex (`%x`), None when one is out of range."""
+    dom, bus_number, dev = int(domain, 16), int(bus, 16), int(device, 16)
+    if dom > 0xFFFFFFFF or bus_number > 0xFF or dev > 0x1F:
+        return None
+    return f"{dom:04x}:{bus_number:02x}:{dev:02x}.0"
+
+
+def _connectivity_cell(token: str) -> int | None:
+    # the sample prints 1 or 0 for each pair; anything else is a damaged cell, unknown
+    return int(token) if token in ("0", "1") else None
 
 
 def _cell(token: str) -> float | None:

@@ -136,3 +136,45 @@ def test_topo_xml():
     assert all(g.link_gen == 4 and g.link_width == 16 for g in result.gpus)
     broken = nccl_topo_xml.parse(Section('<system version="1"><cpu numaid="0">', 1), "b.xml")
     assert broken.warnings and not broken.gpus
+
+
+def _damaged(text: str, line: int, old: str, new: str) -> Section:
+    lines = text.split("\n")
+    assert old in lines[line - 1]
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    return Section(text="\n".join(lines), first_line=1)
+
+
+def test_p2p_a_damaged_gpu_index_costs_its_line_not_the_input():
+    # a row label sizes the matrix (rows 0 to the largest label) and a device index the peer-access table: a
+    # 400-digit one asked for a matrix no machine holds, and the parse ran out of memory (MemoryError; without a
+    # memory limit the process was killed). Now the line is skipped and said, the rest read.
+    text = fixture_section("bench", "p2pbw-2x4090-patched-driver.txt").text
+    digits = "7" * 400
+    result = p2p_bandwidth.parse(_damaged(text, 19, "     1   6.34", f"     {digits}   6.34"), "p2p.txt")
+    bench = result.benchmarks[0]
+    assert bench.matrices["Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"] == [[1008.06, 6.34]]
+    assert bench.matrices["Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)"][1] == [8.67, 926.39]
+    assert result.warnings == ["damaged GPU index (none is above 1023) on line 19: row 777777... (400 digits) of "
+                               "'Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)': those lines are skipped"]
+
+    result = p2p_bandwidth.parse(_damaged(text, 7, "Device=1 CAN Access Peer Device=0",
+                                          f"Device=1 CAN Access Peer Device={digits}"), "p2p.txt")
+    assert result.benchmarks[0].can_access == [[None, True], [None, None]]
+    assert "on line 7: peer access between devices 1 and 777777... (400 digits)" in result.warnings[0]
+
+    result = p2p_bandwidth.parse(_damaged(text, 5, "pciBusID: 17,", f"pciBusID: {digits},"), "p2p.txt")
+    assert [(gpu.index, gpu.bus_id) for gpu in result.benchmarks[0].gpus] == [(0, "0000:02:00.0"), (1, None)]
+    assert result.warnings == ["damaged PCI address (a bus above ff or a device above 1f) on line 5: those GPUs are "
+                               "listed without one"]
+
+
+def test_nvbandwidth_a_damaged_gpu_index_costs_its_line_not_the_input():
+    text = fixture_section("bench", "nvbandwidth-v0.2-4090-host-device.txt").text
+    result = nvbandwidth.parse(_damaged(text, 24, "0     25.50", "7" * 5000 + "     25.50"), "nvb.txt")
+    bench = result.benchmarks[0]
+    assert bench.testcases["host_to_device_memcpy_ce"].matrix == []
+    assert bench.testcases["host_to_device_memcpy_ce"].sum == 205.04
+    assert len(bench.devices) == 8
+    assert result.warnings == ["damaged GPU index (none is above 1023) on line 24: row 777777... (5000 digits): those "
+                               "lines are skipped"]
