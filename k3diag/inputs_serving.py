@@ -82,7 +82,7 @@ def _resolve(run: ServingRun, engines: list[EngineLog], sidecar: dict | None, fo
         specific = files.get(file_name)
         if isinstance(specific, dict):
             table.update(specific)
-        found = layout_from_mapping(table, "sidecar", f"{SIDECAR}:")
+        found = layout_from_mapping(table, "sidecar", f"{SIDECAR}:", run.warnings)
         if found is not None:
             layout = _merge(layout, found)
         if run.model is None and isinstance(table.get("model"), str):

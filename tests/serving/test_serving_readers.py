@@ -214,3 +214,33 @@ def test_fragments_of_result_files_never_raise(text: str) -> None:
         assert all(isinstance(w, str) for w in result.warnings)
         for run in getattr(result, "runs", []):
             json.dumps(run.to_json(), allow_nan=False)  # the JSON report never carries NaN or Infinity
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["serving"]])
+def test_a_parallel_size_no_job_has_is_said_not_multiplied(tmp_path: Path, command: list[str]) -> None:
+    # `"tp_size": 1e308` is an integer to Python's JSON reader; the run's GPU count (TP x PP x DP) then
+    # overflowed the float of its per-GPU rate, and the report was lost (OverflowError) for one damaged value
+    import subprocess
+    import sys
+
+    text = (FIXTURES / "trtllm-bench-report-generated.json").read_text()
+    path = tmp_path / "report.json"
+    path.write_text(text.replace('"tp_size": 2,', '"tp_size": 1e308,', 1))
+    done = subprocess.run([sys.executable, "-m", "k3diag", *command, str(path), "--json"], capture_output=True,
+                          text=True, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    said = "world_info tp_size 1e+308 is more GPUs than any job has (at most 1,048,576); read as not known"
+    assert said in json.dumps(report)
+    (run,) = trtllm_bench.parse(_section("", path.read_text()), "report.json").runs
+    # the world size stands in for the size that was not read, as it does when tp_size is absent
+    assert (run.layout.tp, run.layout.gpu_count, run.output_tok_per_s_per_gpu) == (2, 2, 5796.0)
+
+
+def test_a_vllm_log_parallel_size_no_job_has_is_said_not_read() -> None:
+    text = (FIXTURES / "vllm-engine-internvl3-78b-tp4-l40s.log").read_text()
+    result = vllm_log.parse(_section("", text.replace("tensor_parallel_size=4", "tensor_parallel_size=" + "7" * 400, 1)),
+                            "engine.log")
+    assert result.engine.tp is None
+    assert "engine.log:3: tensor_parallel_size 777777... (400 digits) is more GPUs than any job has (at most 1,048,576); " \
+           "read as not known" in result.warnings

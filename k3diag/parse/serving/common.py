@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from k3diag.model.serving import Latency, RunLayout, ServingRun
 from k3diag.model.source import SourceRef
+from k3diag.parse.matrix_labels import shown_digits
 
 # A result file is small; a --save-detailed one holds per-request lists and can reach tens of MB.
 MAX_DOCS = 10_000
@@ -192,6 +193,32 @@ def integer(value: Any) -> int | None:
     return int(number)
 
 
+# More GPUs along one axis of a job than any job has (the largest clusters announced hold ~10^5): a larger
+# `tp_size` or `world_size` is a damaged value (`1e308`, an integer to Python's JSON reader), and a product of
+# such sizes overflowed the float of a per-GPU rate (OverflowError: the whole report was lost).
+MAX_PARALLEL_SIZE = 1 << 20
+
+
+def parallel_size(value: Any, key: str, warnings: list[str] | None) -> int | None:
+    """`value` as a TP, PP, DP, EP or world size (a whole number from 1 to `MAX_PARALLEL_SIZE`), else None;
+    a whole number above that (a JSON number, or the digits of a log line) is said in `warnings`, naming
+    `key`, not read."""
+    digits = value.strip() if isinstance(value, str) else None
+    if digits is not None and digits.isdigit() and len(digits) > len(str(MAX_PARALLEL_SIZE)):
+        number, shown = MAX_PARALLEL_SIZE + 1, shown_digits(digits)  # before int(): 4,300 digits make it raise
+    else:
+        number = integer(value)
+        if number is None or number < 1:
+            return None
+        shown = f"{value:g}" if isinstance(value, float) else shown_digits(str(number))
+    if number > MAX_PARALLEL_SIZE:
+        if warnings is not None:
+            warnings.append(f"{key} {shown} is more GPUs than any job has (at most {MAX_PARALLEL_SIZE:,}); "
+                            "read as not known")
+        return None
+    return number
+
+
 def finite(value: Any) -> float | None:
     number = num(value)
     return None if number is None or math.isinf(number) else number
@@ -303,15 +330,17 @@ _EP_KEYS = ("ep", "ep_size", "moe_ep_size", "expert_parallel_size")
 _GPU_KEYS = ("gpus", "gpu_ids", "devices", "cuda_visible_devices", "CUDA_VISIBLE_DEVICES", "hip_visible_devices")
 
 
-def layout_from_mapping(mapping: dict, source: str, detail_prefix: str) -> RunLayout | None:
-    """TP/PP/DP and GPUs from a flat mapping (vLLM --metadata, SGLang server_info, a sidecar)."""
+def layout_from_mapping(mapping: dict, source: str, detail_prefix: str,
+                        warnings: list[str] | None = None) -> RunLayout | None:
+    """TP/PP/DP and GPUs from a flat mapping (vLLM --metadata, SGLang server_info, a sidecar); a size no job
+    has is said in `warnings` (`parallel_size`)."""
     lowered = {str(k).lower(): v for k, v in mapping.items()}
     found: dict[str, Any] = {}
     used: list[str] = []
     for name, keys in (("tp", _TP_KEYS), ("pp", _PP_KEYS), ("dp", _DP_KEYS), ("ep", _EP_KEYS)):
         for key in keys:
-            value = integer(lowered.get(key.lower()))
-            if value is not None and value >= 1:
+            value = parallel_size(lowered.get(key.lower()), f"{detail_prefix} {key}", warnings)
+            if value is not None:
                 found[name] = value
                 used.append(f"{key}={value}")
                 break

@@ -66,7 +66,7 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     for key in ("mean_input_tokens", "mean_output_tokens", "version", "name"):
         if doc.get(key) is not None:
             run.metadata[key] = str(doc[key])
-    layout = layout_from_mapping({k: v for k, v in doc.items() if not str(k).startswith("results_")}, "file", "summary")
+    layout = layout_from_mapping({k: v for k, v in doc.items() if not str(k).startswith("results_")}, "file", "summary", run.warnings)
     if layout is not None:
         run.layout = layout
     return run

@@ -87,10 +87,10 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     for key in ("backend", "dataset_name", "random_input_len", "random_output_len", "accept_length"):
         if doc.get(key) is not None:
             run.metadata[key] = str(doc[key])
-    layout = layout_from_mapping(info, "file", "server_info") if info else None
+    layout = layout_from_mapping(info, "file", "server_info", run.warnings) if info else None
     if layout is None and isinstance(tag, str):
         # People put the layout in --tag when the server predates server_info.
-        layout = layout_from_mapping(_tag_pairs(tag), "file", "--tag")
+        layout = layout_from_mapping(_tag_pairs(tag), "file", "--tag", run.warnings)
     if layout is not None and layout.dp and info.get("enable_dp_attention") is True:
         # DP attention (`--tp 8 --dp 8 --enable-dp-attention`) runs attention data-parallel inside the TP
         # group: tp_size GPUs in all, not tp_size x dp_size (docs.sglang.io, "DP, DPA and sgl-router").

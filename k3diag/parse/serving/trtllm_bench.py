@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from k3diag.model.serving import Latency, RunLayout, ServingRun
-from k3diag.parse.serving.common import ServingResult, find_docs, finite, first, integer, source_ref
+from k3diag.parse.serving.common import ServingResult, find_docs, finite, first, integer, parallel_size, source_ref
 
 FORMAT = "trtllm-bench"
 _MARK_RE = re.compile(r'"world_info"\s*:')
@@ -91,8 +91,8 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     if streaming:
         run.ttft = _percentiles(_table(streaming, "ttft_percentiles"), finite(streaming.get("avg_ttft_ms")))
         run.tpot = _percentiles(_table(streaming, "tpot_percentiles"), finite(streaming.get("avg_tpot_ms")))
-    tp, pp, ep = integer(world.get("tp_size")), integer(world.get("pp_size")), integer(world.get("ep_size"))
-    world_size = integer(world.get("world_size"))
+    tp, pp, ep, world_size = (parallel_size(world.get(key), f"world_info {key}", run.warnings)
+                              for key in ("tp_size", "pp_size", "ep_size", "world_size"))
     if tp is not None or world_size is not None:
         dp = None
         if world_size and tp and world_size > tp * (pp or 1) and world_size % (tp * (pp or 1)) == 0:

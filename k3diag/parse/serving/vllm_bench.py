@@ -95,7 +95,7 @@ def run_from_doc(doc: dict, input_name: str, ref) -> ServingRun:
     run.metadata = {str(k): str(v) for k, v in doc.items()
                     if k not in _OWN_KEYS and isinstance(v, (str, int, float)) and not isinstance(v, bool)
                     and not re.match(r"^(mean|median|std|p\d+(\.\d+)?)_\w+_ms$", str(k))}
-    layout = layout_from_mapping(run.metadata, "file", "--metadata")
+    layout = layout_from_mapping(run.metadata, "file", "--metadata", run.warnings)
     if layout is not None:
         run.layout = layout
     check_layout(run)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from k3diag.model.serving import EngineLog
 from k3diag.model.source import SourceRef
+from k3diag.parse.serving.common import parallel_size
 
 FORMAT = "vllm-engine-log"
 _ENGINE_RE = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v(?P<version>[^)\s]+)\) with config:")
@@ -41,6 +42,7 @@ _CLI_KEYS = {
     "pp": re.compile(r"--pipeline-parallel-size[= ](\d+)|(?<![\w-])-pp[= ](\d+)"),
     "dp": re.compile(r"--data-parallel-size[= ](\d+)|(?<![\w-])-dp[= ](\d+)"),
 }
+_SIZE_NAMES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
 _MODEL_RE = re.compile(r"(?:config: |[{(, ])['\"]?model['\"]?\s*[=:]\s*['\"](?P<model>[^'\"]+)['\"]")
 _DISABLE_AR_RE = re.compile(r"disable_custom_all_reduce['\"]?\s*[=:]\s*(True|False|true|false)")
 # The records whose values matter and run long enough to be wrapped when a log is copied from a narrow
@@ -98,7 +100,7 @@ def parse(section, input_name: str, *, results: bool = True) -> EngineLogResult:
             raw = raw[:65536]
         if _WRAPPED_RECORD_RE.search(raw):
             raw = _unwrapped(lines, offset, raw)
-        _read_line(engine, raw, line_no, input_name)
+        _read_line(engine, raw, line_no, input_name, result.warnings)
     if engine.custom_allreduce is None and engine.tp is not None and engine.tp > 1:
         if engine.custom_allreduce_explicit_off:
             engine.custom_allreduce = "disabled"
@@ -151,7 +153,7 @@ def _ref(input_name: str, line_no: int, raw: str) -> SourceRef:
     return SourceRef(input=input_name, line=line_no, text=text)
 
 
-def _read_line(engine: EngineLog, raw: str, line_no: int, input_name: str) -> None:
+def _read_line(engine: EngineLog, raw: str, line_no: int, input_name: str, warnings: list[str]) -> None:
     match = _ENGINE_RE.search(raw)
     if match:
         engine.version = engine.version or match.group("version")
@@ -165,7 +167,10 @@ def _read_line(engine: EngineLog, raw: str, line_no: int, input_name: str) -> No
         for name, pattern in _INT_KEYS.items():
             found = pattern.search(raw)
             if found and getattr(engine, name) is None:
-                setattr(engine, name, int(found.group(1)))
+                size = parallel_size(found.group(1), f"{input_name}:{line_no}: {_SIZE_NAMES[name]}", warnings)
+                if size is None:
+                    continue
+                setattr(engine, name, size)
                 if _ref(input_name, line_no, raw) not in engine.evidence:
                     engine.evidence.append(_ref(input_name, line_no, raw))
         model = _MODEL_RE.search(raw)
@@ -178,7 +183,11 @@ def _read_line(engine: EngineLog, raw: str, line_no: int, input_name: str) -> No
         for name, pattern in _CLI_KEYS.items():
             found = pattern.search(raw)
             if found and getattr(engine, name) is None:
-                setattr(engine, name, int(next(g for g in found.groups() if g)))
+                size = parallel_size(next(g for g in found.groups() if g),
+                                     f"{input_name}:{line_no}: {_SIZE_NAMES[name]}", warnings)
+                if size is None:
+                    continue
+                setattr(engine, name, size)
                 engine.evidence.append(_ref(input_name, line_no, raw))
         if "--disable-custom-all-reduce" in raw:
             engine.custom_allreduce_explicit_off = True
