@@ -171,3 +171,15 @@ def test_the_printed_trtllm_bench_report_reaches_k3diag_serving() -> None:
     out = CliRunner().invoke(app, ["serving", str(path)]).stdout
     assert "TP1     file         average 94.605 in flight/replica  86.54  86.54      11,077     11,077         131.4" in out
     assert "159.8/226.9/232.4" in out
+
+
+def test_a_trtllm_bench_report_cut_above_its_values_then_another_keeps_both() -> None:
+    # two reports pasted one after the other, the first cut below its banner: its values come before any
+    # title, and the second report's title made the parser fail ("TypeError: Value after * must be an iterable")
+    from k3diag.parse.serving import trtllm_text
+    from k3diag.parse.text import Section
+
+    text = (FIXTURES / "trtllm-bench-overview-only-deepseek-v32-b200.txt").read_text()
+    cut = "\n".join(text.split("\n")[3:])
+    runs = trtllm_text.parse(Section(text=cut + "\n" + text, first_line=1), "two.txt").runs
+    assert [(run.source.line, run.request_per_s) for run in runs] == [(1, 0.2678), (cut.count("\n") + 3, 0.2678)]

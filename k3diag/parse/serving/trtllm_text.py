@@ -91,7 +91,9 @@ def parse(section, input_name: str) -> ServingResult:
             engine_title = "BACKEND" in name or "ENGINE" in name
             # a new report: its engine section, or a second overview, after an overview was read
             if "performance" in doc and (engine_title or name == "PERFORMANCE OVERVIEW"):
-                reports.append((doc, *start))
+                # a report whose values came before any title (a paste that began below its banner) starts
+                # where the section does, as at the end
+                reports.append((doc, *(start or (section.first_line, ""))))
                 doc, start = {}, None
             if start is None and (engine_title or name in ("REQUEST DETAILS", "WORLD + RUNTIME INFORMATION",
                                                            "PERFORMANCE OVERVIEW")):
