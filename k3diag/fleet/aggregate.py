@@ -153,13 +153,16 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
         key=lambda e: (0 if e["severity"] == "fail" else 1, -e["nodes"], e["id"]),
     )
     drain = sorted({node.get("host") or node["node"] for node in nodes if node.get("state") == "fail"})
+    # nodes whose report held a stored shape with fields of the wrong type (`shape_check`): read in part
+    damaged = [{"node": node["node"], "source": node.get("source"), "fields": list(node["damaged"])}
+               for node in sorted(nodes, key=lambda n: n["node"]) if node.get("damaged")]
     states = Counter(node.get("state", "unknown") for node in nodes)
     if not nodes:
         code = EXIT_UNKNOWN
     elif states.get("fail"):
         code = EXIT_FAIL
     # An input that could not be read is a node nobody judged: the fleet cannot pass on its account.
-    elif states.get("warn") or states.get("unknown") or outlier_names or unreadable:
+    elif states.get("warn") or states.get("unknown") or outlier_names or unreadable or damaged:
         code = EXIT_WARN
     else:
         code = EXIT_OK
@@ -169,7 +172,7 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
         "generated_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "exit_code": code,
         "totals": {"nodes": len(nodes), "groups": len(groups), "outliers": len(outlier_names),
-                   "unreadable": len(unreadable), **{state: states.get(state, 0) for state in STATES}},
+                   "unreadable": len(unreadable), "damaged": len(damaged), **{state: states.get(state, 0) for state in STATES}},
         "drain": {"hosts": fold_hosts(drain), "nodes": len(drain)},
         "outlier_hosts": fold_hosts(sorted(outlier_names)),
         "finding_counts": finding_counts,
@@ -181,4 +184,5 @@ def aggregate(shapes: Iterable[dict], problems: list[str] | None = None) -> dict
             for node in sorted(nodes, key=lambda n: n["node"])
         ],
         "unreadable": unreadable,
+        "damaged": damaged,
     }

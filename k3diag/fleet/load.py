@@ -176,10 +176,15 @@ def shape_of_report(path: str) -> dict | list[dict]:
                 if isinstance(entry, dict)]
     stored = report.get("shape")
     if isinstance(stored, dict) and stored.get("schema") == SHAPE_SCHEMA and isinstance(stored.get("features"), dict):
-        # Written by `check` on the node, with the evidence lines the report alone no longer has.
-        shape = dict(stored)
+        # Written by `check` on the node, with the evidence lines the report alone no longer has; taken as
+        # far as its fields have the types k3diag writes (a damaged one ended the summary of every node)
+        from k3diag.fleet.shape_check import checked_shape
+
+        shape, damaged = checked_shape(stored)
+        if damaged:
+            shape["damaged"] = damaged
         shape["source"] = path
-        shape["node"] = _node(report, path) if not stored.get("node") else stored["node"]
+        shape["node"] = shape.get("node") or _node(report, path)
         return shape
     return shape_from_report(report, path) | {"node": _node(report, path)}
 

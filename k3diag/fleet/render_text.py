@@ -18,7 +18,8 @@ def render_text(report: dict) -> str:
     lines = [
         f"k3diag fleet: {counted(totals['nodes'], 'node')} in {counted(totals['groups'], 'group')}: "
         f"{_states(totals) or 'none readable'}; {counted(totals['outliers'], 'outlier')}"
-        + (f"; {counted(totals['unreadable'], 'input')} not read" if totals["unreadable"] else ""),
+        + (f"; {counted(totals['unreadable'], 'input')} not read" if totals["unreadable"] else "")
+        + (f"; {totals['damaged']} read in part" if totals.get("damaged") else ""),
     ]
     drain = report["drain"]
     lines.append(f"drain ({drain['nodes']}): {drain['hosts']}" if drain["nodes"] else "drain: no node fails")
@@ -53,6 +54,13 @@ def render_text(report: dict) -> str:
         hidden = len(group["outliers"]) - MAX_OUTLIERS_SHOWN
         if hidden > 0:
             lines.append(f"  and {counted(hidden, 'more outlier')}: see --json or --html")
+    if report.get("damaged"):
+        lines.append("")
+        lines.append("read in part:")
+        for item in report["damaged"][:MAX_OUTLIERS_SHOWN]:
+            lines.append(f"  {_damaged_sentence(item)}")
+        if len(report["damaged"]) > MAX_OUTLIERS_SHOWN:
+            lines.append(f"  and {len(report['damaged']) - MAX_OUTLIERS_SHOWN} more: see --json")
     if report["unreadable"]:
         lines.append("")
         lines.append("not read:")
@@ -61,6 +69,11 @@ def render_text(report: dict) -> str:
         if len(report["unreadable"]) > MAX_OUTLIERS_SHOWN:
             lines.append(f"  and {len(report['unreadable']) - MAX_OUTLIERS_SHOWN} more: see --json")
     return "\n".join(lines) + "\n"
+
+
+def _damaged_sentence(item: dict) -> str:
+    return (f"{item['node']}: the shape stored in {item['source']} has fields k3diag does not write "
+            f"({', '.join(item['fields'])}); they were left out, the rest compared")
 
 
 def _md(text: object) -> str:
@@ -105,4 +118,6 @@ def render_markdown(report: dict) -> str:
         out.append("")
     if report["unreadable"]:
         out += ["## Not read", ""] + [f"- {_md(item['problem'])}" for item in report["unreadable"]] + [""]
+    if report.get("damaged"):
+        out += ["## Read in part", ""] + [f"- {_md(_damaged_sentence(item))}" for item in report["damaged"]] + [""]
     return "\n".join(out)

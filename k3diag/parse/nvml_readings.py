@@ -134,7 +134,7 @@ def parse(section: Section, input_name: str) -> NvmlReadingsResult:
             result.warnings.append(f"{input_name}: a P2P reading that is not an object was skipped")
             continue
         src, dst = _int(raw.get("src")), _int(raw.get("dst"))
-        capability = raw.get("capability")
+        capability = _str(raw.get("capability"))  # a list or object here is no capability (and unhashable)
         status = _str(raw.get("status"))
         if src is None or dst is None or capability not in _CAPABILITIES:
             result.warnings.append(f"{input_name}: a P2P reading without GPUs or a known capability was skipped")

@@ -170,3 +170,33 @@ def test_json_nested_past_the_decoder_is_a_sentence_not_an_exception_name(tmp_pa
     text = result.stdout + result.stderr
     assert f"{deep} nests its JSON deeper than a k3diag report does" in text, text
     assert "RecursionError" not in text and "Traceback" not in text
+
+
+def test_a_damaged_stored_shape_is_read_in_part_and_the_other_nodes_still_summed(tmp_path: Path, node_maker) -> None:
+    # `check --format json` stores the node's shape in its report; one finding whose severity was a number
+    # ended `k3diag fleet` for every node (AttributeError: 'int' object has no attribute 'upper')
+    bundles, reports = tmp_path / "bundles", tmp_path / "reports"
+    bundles.mkdir()
+    reports.mkdir()
+    for name in ("gpu001", "gpu002"):
+        node = node_maker(bundles, name, width_gpu3=8 if name == "gpu002" else 16)
+        done = CliRunner().invoke(app, ["check", "--from", str(node), "--format", "json", "--node", name,
+                                        "--fail-on", "never"])
+        report = json.loads(done.stdout)
+        if name == "gpu002":
+            assert report["shape"]["findings"][0]["severity"] == "fail"
+            report["shape"]["findings"][0]["severity"] = 10**30
+            report["shape"]["state"] = ["fail"]
+        (reports / f"{name}.json").write_text(json.dumps(report))
+    result = fleet(str(reports))
+    out = result.stdout
+    assert out.splitlines()[0] == "k3diag fleet: 2 nodes in 1 group: 1 unknown, 1 ok; 0 outliers; 1 read in part"
+    assert f"gpu002: the shape stored in {reports / 'gpu002.json'} has fields k3diag does not write (state, " \
+           "findings); they were left out, the rest compared" in out
+    assert "GPU3 PCIe width: x8 of x16" in out or "no majority for GPU3 PCIe width" in out
+    assert result.exit_code == 1
+    report = json.loads(fleet(str(reports), "--json").stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["damaged"] == [{"node": "gpu002", "source": str(reports / "gpu002.json"),
+                                  "fields": ["state", "findings"]}]
+    assert report["totals"]["damaged"] == 1

@@ -86,3 +86,14 @@ def test_a_link_or_p2p_reading_the_file_lacks_is_left_out_of_its_citation() -> N
     assert result.pairs[0].source.text.endswith(")=not read") and result.pairs[0].path == "NV18"
     assert "NVLinks joining them" not in result.pairs[1].source.text
     assert result.p2p[0].source.text.endswith(f")=({result.p2p[0].status})")
+
+
+def test_a_p2p_capability_that_is_a_list_or_object_skips_that_reading_only() -> None:
+    # `capability not in _CAPABILITIES` with a list or an object raised TypeError (unhashable) and the whole
+    # readings file (its GPUs, links and every other P2P reading) was lost for one damaged value
+    document = json.loads((NVML / "h100-sxm-8x-nvswitch-gpu3-link-down.json").read_text())
+    document["p2p"][1]["capability"] = []
+    document["p2p"][2]["capability"] = {"read": True}
+    result = nvml_readings.parse(Section(json.dumps(document), 1), "r.json")
+    assert len(result.devices) == 8 and len(result.p2p) == 8 * 7 * 5 - 2
+    assert result.warnings == ["r.json: a P2P reading without GPUs or a known capability was skipped"] * 2
