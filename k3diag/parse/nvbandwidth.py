@@ -31,7 +31,11 @@ _WAIVING_RE = re.compile(r"^\W*Waiving (?P<name>\w+)\.?\s*$")
 _DESC_RE = re.compile(r"^\s*(?P<desc>(?:memcpy|memory latency)\b.*\((?:GB/s|ns|us)\))\s*$")
 _SUM_RE = re.compile(r"^\s*SUM (?P<name>\w+) (?P<value>[-\d.eE+]+|N/A)")
 _HEADER_RE = re.compile(r"^\s*\d+(?:\s+\d+)*\s*$")
-_ROW_RE = re.compile(r"^\s*(?P<label>\d+)\s+(?P<cells>(?:(?:N/A|-?[\d.]+(?:[eE][-+]?\d+)?)\s*)+)$")
+# Each cell ends at a blank or the line's end: with the blank optional (`\s*`), a run of digits could be cut
+# into cells in exponentially many ways, and a row with anything after its numbers (a terminal colour code)
+# took minutes to refuse (a 500-byte paste: 170 s)
+_ROW_LABEL_RE = re.compile(r"^\s*\d+\s+\S")
+_ROW_RE = re.compile(r"^\s*(?P<label>\d+)\s+(?P<cells>(?:(?:N/A|-?[\d.]+(?:[eE][-+]?\d+)?)(?:\s+|$))+)$")
 _DEVICE_RE = re.compile(r"^\s*Device (?P<idx>\d+):\s*(?P<name>.*?)(?:\s*\((?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\))?\s*$")
 _VERSION_RE = re.compile(r"nvbandwidth Version:\s*(?P<v>\S+)")
 _DRIVER_RE = re.compile(r"^\s*Driver Version:\s*(?P<v>\S+)")
@@ -204,6 +208,14 @@ def _parse_text(section, input_name: str) -> NvbandwidthResult:
             width = len(line.split())
             continue
         match = _ROW_RE.match(line)
+        if match is None and width is not None and _ROW_LABEL_RE.match(line):
+            # a row with something that is no value in it (a colour code's remains, a glued word): its
+            # values are not known, and said, rather than the matrix losing a row in silence
+            shown = line.strip()
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            result.warnings.append(f"line {lineno}: a row of {current.name or 'a matrix'} holds something that is "
+                                   f"not a value ({shown!r}); that row is not read")
+            continue
         if match:
             cells = [_num(c) for c in match.group("cells").split()]
             if width is not None and len(cells) != width:

@@ -178,3 +178,26 @@ def test_nvbandwidth_a_damaged_gpu_index_costs_its_line_not_the_input():
     assert len(bench.devices) == 8
     assert result.warnings == ["damaged GPU index (none is above 1023) on line 24: row 777777... (5000 digits): those "
                                "lines are skipped"]
+
+
+def test_nvbandwidth_a_row_with_something_not_a_value_is_said_and_refused_at_once():
+    # with the blank between cells optional, the row pattern could cut a run of digits into cells in
+    # exponentially many ways: this 500-byte paste with a colour code's remains in one row took 170 s, and the
+    # row was then dropped in silence. A subprocess bounds it (the fixed parse takes milliseconds).
+    import subprocess
+    import sys
+
+    text = fixture_section("bench", "nvbandwidth-h100-sm-quoted-paste.txt").text
+    damaged = _damaged(text, 9, "52.78     52.77", "52.78    \ufffd]]8;;x 52.77").text
+    script = ("import sys; from k3diag.parse import nvbandwidth; from k3diag.parse.text import Section; "
+              "r = nvbandwidth.parse(Section(text=sys.stdin.read(), first_line=1), 'nvb.txt'); "
+              "print({n: c.matrix for n, c in r.benchmarks[0].testcases.items()}); print(r.warnings)")
+    done = subprocess.run([sys.executable, "-c", script], input=damaged, capture_output=True, text=True, timeout=30)
+    matrices, warnings = done.stdout.splitlines()
+    assert matrices == ("{'host_to_device_memcpy_sm': [[35.19, 35.25, 35.3, 35.03, 35.25, 35.32, 35.39, 35.06]], "
+                        "'device_to_host_memcpy_sm': []}")
+    import ast
+
+    assert ast.literal_eval(warnings) == [
+        "line 9: a row of device_to_host_memcpy_sm holds something that is not a value ('0     52.77     52.77     "
+        "52.77     52.78     52.76     52.77     52.78    \ufffd]...'); that row is not read"]
