@@ -54,21 +54,18 @@ def render_text(report: dict) -> str:
         hidden = len(group["outliers"]) - MAX_OUTLIERS_SHOWN
         if hidden > 0:
             lines.append(f"  and {counted(hidden, 'more outlier')}: see --json or --html")
-    if report.get("damaged"):
-        lines.append("")
-        lines.append("read in part:")
-        for item in report["damaged"][:MAX_OUTLIERS_SHOWN]:
-            lines.append(f"  {_damaged_sentence(item)}")
-        if len(report["damaged"]) > MAX_OUTLIERS_SHOWN:
-            lines.append(f"  and {len(report['damaged']) - MAX_OUTLIERS_SHOWN} more: see --json")
-    if report["unreadable"]:
-        lines.append("")
-        lines.append("not read:")
-        for item in report["unreadable"][:MAX_OUTLIERS_SHOWN]:
-            lines.append(f"  {item['problem']}")
-        if len(report["unreadable"]) > MAX_OUTLIERS_SHOWN:
-            lines.append(f"  and {len(report['unreadable']) - MAX_OUTLIERS_SHOWN} more: see --json")
+    _listed(lines, "read in part:", [_damaged_sentence(item) for item in report.get("damaged") or []])
+    _listed(lines, "not read:", [item["problem"] for item in report["unreadable"]])
     return "\n".join(lines) + "\n"
+
+
+def _listed(lines: list[str], heading: str, sentences: list[str]) -> None:
+    """A block of one sentence per input, the first `MAX_OUTLIERS_SHOWN` of them, after a blank line."""
+    if not sentences:
+        return
+    lines += ["", heading] + [f"  {sentence}" for sentence in sentences[:MAX_OUTLIERS_SHOWN]]
+    if len(sentences) > MAX_OUTLIERS_SHOWN:
+        lines.append(f"  and {len(sentences) - MAX_OUTLIERS_SHOWN} more: see --json")
 
 
 def _damaged_sentence(item: dict) -> str:
