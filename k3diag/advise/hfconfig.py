@@ -8,6 +8,8 @@ it says in one sentence, so the user can see what the ledger rests on. Pure: dic
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,33 @@ def _int(value: Any) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    return None
+
+
+# More than any model's dimension, count or context (the largest are vocabularies of ~10^6 and contexts of
+# ~10^7): a whole number above it is a damaged file (`"intermediate_size": 1e308`), and the memory ledger's
+# products of such numbers overflowed a float (OverflowError, the plan lost)
+MAX_CONFIG_NUMBER = 1 << 40
+
+
+def _numbers_no_model_has(cfg: dict[str, Any]) -> list[str]:
+    """A sentence for each whole number of the config (and of the objects in it) above `MAX_CONFIG_NUMBER`."""
+    found = []
+    for scope, table in [("", cfg)] + [(f"{key}.", value) for key, value in cfg.items() if isinstance(value, dict)]:
+        for key, value in table.items():
+            number = _whole(value)
+            if number is not None and abs(number) > MAX_CONFIG_NUMBER:
+                shown = f"{value:g}" if isinstance(value, float) else (
+                    f"{str(value)[:6]}... ({len(str(abs(value)))} digits)" if len(str(value)) > 15 else str(value))
+                found.append(f"{scope}{key} is {shown}, more than any model has (a damaged file?)")
+    return found[:5]
+
+
+def _whole(value: Any) -> int | float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer()):
+        return value
     return None
 
 
@@ -196,6 +225,10 @@ def import_config(raw: dict[str, Any]) -> ImportedConfig:
         result.problems.append("config.json does not hold a JSON object")
         return result
     cfg = text_config(raw)
+    damaged = _numbers_no_model_has(cfg)
+    if damaged:
+        result.problems.extend(damaged)
+        return result
     result.model_type = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None
     notes = result.assumptions
     values: dict[str, int] = {}

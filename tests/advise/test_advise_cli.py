@@ -171,6 +171,18 @@ def test_config_missing_fields_names_them(tmp_path: Path):
     assert code == 64 and "lacks num_hidden_layers" in err
 
 
+def test_a_config_number_no_model_has_is_named_not_multiplied(tmp_path: Path, advise_fixtures):
+    # `"intermediate_size": 1e308` is an integer to the reader; the memory ledger's products of it overflowed a
+    # float and advise ended in a traceback (OverflowError: int too large to convert to float)
+    config = json.loads((advise_fixtures / "qwen2.5-vl-3b-config.json").read_text())
+    config["text_config"]["intermediate_size"] = 1e308
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    code, out, err = run("--config", str(cfg), "--gpu", "h100", "--count", "8")
+    assert code == 64 and out == "" and "Traceback" not in err
+    assert "cannot be used: intermediate_size is 1e+308, more than any model has (a damaged file?)" in err
+
+
 def test_config_assumptions_are_reported(advise_fixtures):
     data = run_json("--config", str(advise_fixtures / "minimax-m1-config.json"), "--gpu", "h200", "--count", "8", "--context", "32k")
     assert any("moe_intermediate_size not given" in a for a in data["model"]["assumptions"])
