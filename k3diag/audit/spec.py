@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -77,7 +78,11 @@ def parse_spec(text: str, name: str = "spec.toml") -> Spec:
                 known = ", ".join(sorted(_KNOWN[section]))
                 raise SpecError(f"{name}: unknown key {section}.{key}; known keys in [{section}]: {known}")
             if isinstance(item, bool) or not isinstance(item, expected):
-                kind = "a number" if expected != str else "a string"
+                kind = "a whole number" if expected == int else "a string" if expected == str else "a number"
+                raise SpecError(f"{name}: {section}.{key} must be {kind}, not {item!r}")
+            # TOML takes nan, inf and -8: no count, width or size is one (nan compared as neither more nor less)
+            if expected != str and (item < 0 or not math.isfinite(item) or (key == "memory_gib" and item == 0)):
+                kind = "a positive number" if key == "memory_gib" else "a whole number of at least 0"
                 raise SpecError(f"{name}: {section}.{key} must be {kind}, not {item!r}")
     gpu = data.get("gpu", {})
     nic = data.get("nic", {})

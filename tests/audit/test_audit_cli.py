@@ -147,6 +147,22 @@ def test_expect_spec(tmp_path: Path) -> None:
     assert "unknown key gpu.cnt" in result.stderr
 
 
+@pytest.mark.parametrize("line, said", [
+    ("memory_gib = nan", "gpu.memory_gib must be a positive number, not nan"),
+    ("memory_gib = 0", "gpu.memory_gib must be a positive number, not 0"),
+    ("count = -8", "gpu.count must be a whole number of at least 0, not -8"),
+    ("pcie_width = inf", "gpu.pcie_width must be a whole number, not inf"),
+])
+def test_a_spec_value_no_machine_has_is_the_command_lines_error(tmp_path: Path, line: str, said: str) -> None:
+    # TOML takes nan, inf and negative numbers; `memory_gib = nan` was accepted and compared as neither more
+    # nor less than the GPUs' memory, and `count = -8` became an expectation
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"[gpu]\n{line}\n")
+    result = _run(str(GOOD), "--expect", str(spec))
+    assert result.exit_code == 64 and result.stdout == ""
+    assert result.stderr == f"k3diag audit: spec.toml: {said}\n"
+
+
 def test_refused_bundle_exits_3_with_one_sentence(tmp_path: Path) -> None:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:

@@ -64,8 +64,8 @@ def test_unknowns_name_the_command(kit) -> None:
     ("[gpu\ncount = 8", "is not valid TOML"),
     ("[cpu]\ncount = 2", "unknown section [cpu]"),
     ("[gpu]\ncnt = 8", "unknown key gpu.cnt; known keys in [gpu]: count, memory_gib, model, nvlinks"),
-    ("[gpu]\ncount = \"eight\"", "gpu.count must be a number"),
-    ("[gpu]\ncount = true", "gpu.count must be a number"),
+    ("[gpu]\ncount = \"eight\"", "gpu.count must be a whole number"),
+    ("[gpu]\ncount = true", "gpu.count must be a whole number"),
     ("[nic]\ngpu_nic_path = \"NEAR\"", "nic.gpu_nic_path must be one of PIX, PSB, PXB, PHB, NODE, SYS"),
     ("gpu = 3", "gpu must be a table"),
     # a key above every section is no "unknown section [count]"
