@@ -200,3 +200,22 @@ def test_a_damaged_stored_shape_is_read_in_part_and_the_other_nodes_still_summed
     assert report["damaged"] == [{"node": "gpu002", "source": str(reports / "gpu002.json"),
                                   "fields": ["state", "findings"]}]
     assert report["totals"]["damaged"] == 1
+
+
+def test_a_report_body_with_a_value_of_another_type_names_what_to_give_instead(tmp_path: Path, node_maker) -> None:
+    # an `analyze --json` report (no stored shape) whose `topology` is a list: the node cannot be compared,
+    # and the sentence says why and what would do, not only the exception ("could not be analyzed (...)")
+    bundles, reports = tmp_path / "bundles", tmp_path / "reports"
+    bundles.mkdir()
+    reports.mkdir()
+    for name in ("gpu001", "gpu002"):
+        node = node_maker(bundles, name)
+        report = json.loads(CliRunner().invoke(app, ["analyze", str(node), "--json"]).stdout)
+        if name == "gpu002":
+            report["topology"] = ["not", "an", "object"]
+        (reports / f"{name}.json").write_text(json.dumps(report))
+    result = fleet(str(reports))
+    assert result.stdout.splitlines()[0] == "k3diag fleet: 1 node in 1 group: 1 ok; 0 outliers; 1 input not read"
+    assert (f"  {reports / 'gpu002.json'} holds a value of a type k3diag does not write (AttributeError: 'list' "
+            "object has no attribute 'get'), so its node was not compared; give its bundle, or the node's "
+            "`k3diag check --format json` output") in result.stdout.splitlines()
