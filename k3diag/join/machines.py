@@ -14,6 +14,7 @@ from k3diag.evidence import Evidence
 from k3diag.join.build import ParsedInput, finish_machine, merge_parsed, parse_evidence
 from k3diag.join.grouping import Member, describe, group_inputs
 from k3diag.join.identity import identity_of
+from k3diag.model.identity import is_hostname
 from k3diag.model.machine import InputRecord, Machine, MachineSet, Note
 
 
@@ -116,7 +117,7 @@ def manifest_hostname(manifest: object) -> str | None:
     info = manifest.get("host") if isinstance(manifest, dict) else None
     if isinstance(info, dict):
         info = info.get("hostname")
-    return info.strip().lower() if isinstance(info, str) and info.strip() else None
+    return info.strip().lower() if isinstance(info, str) and is_hostname(info) else None
 
 
 def bundle_machine(machines: MachineSet, hostname: str | None) -> tuple[int, str]:
@@ -157,10 +158,16 @@ def apply_manifest_host(machine: Machine, manifest: object) -> None:
     if not isinstance(manifest, dict):
         return
     info = manifest.get("host")
+    name = info.get("hostname") if isinstance(info, dict) else info
+    if isinstance(name, str) and name.strip() and not is_hostname(name):
+        # a newline in it forged a second line of the one-line formats (Nagios, a drain list)
+        machine.note("bundle manifest", f"the manifest's host name {ascii(name[:80])} is no host name (letters, "
+                     "digits, dashes and dots only), so it does not name this machine")
+        name = None
     if isinstance(info, dict):
-        for key in ("hostname", "kernel", "os", "driver_version", "cuda_version"):
+        for key in ("kernel", "os", "driver_version", "cuda_version"):
             value = info.get(key)
             if isinstance(value, str) and value.strip() and getattr(host, key, None) is None:
                 setattr(host, key, value)
-    elif isinstance(info, str) and info.strip() and host.hostname is None:
-        host.hostname = info
+    if isinstance(name, str) and name.strip() and host.hostname is None:
+        host.hostname = name

@@ -46,6 +46,19 @@ def normalize_gpu_name(name: str) -> str:
 GENERIC_HOSTNAMES = frozenset({"localhost", "hostname", "host", "pod-id", "xxx", "redacted", "node", "(none)"})
 
 
+# A host name as RFC 1123 allows it (letters, digits and dashes in labels of up to 63, joined by dots), with the
+# underscore people use anyway: anything else (a newline, a space, a quote, markup) is no machine's name, and
+# a name goes out whole into one-line formats (a Nagios status line, a Slurm host list), where a newline in a
+# bundle's manifest forged a second line.
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?")
+
+
+def is_hostname(name: str) -> bool:
+    """Whether `name` (stripped) can be a host name: see `_HOSTNAME_RE`; at most 253 characters."""
+    name = name.strip()
+    return 0 < len(name) <= 253 and _HOSTNAME_RE.fullmatch(name) is not None
+
+
 def normalize_hostname(name: str) -> str:
     """Host names compare by their first label, case-insensitively (`node1` is `Node1.cluster`)."""
     return name.strip().lower().split(".", 1)[0]
@@ -83,7 +96,7 @@ class InputIdentity:
     # -- filling --------------------------------------------------------------------------------
     def add_hostname(self, value: str | None, source: SourceRef | None = None) -> None:
         # `localhost` and the placeholders people redact host names to name no machine in particular.
-        if value and value.strip() and normalize_hostname(value) not in GENERIC_HOSTNAMES:
+        if value and is_hostname(value) and normalize_hostname(value) not in GENERIC_HOSTNAMES:
             _add(self.hostnames, normalize_hostname(value), source, value.strip())
 
     def add_uuid(self, value: str | None, source: SourceRef | None = None) -> None:

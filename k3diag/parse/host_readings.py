@@ -46,8 +46,16 @@ def parse(section: Section, input_name: str) -> HostReadingsResult:
         return HostReadingsResult(host=HostInfo(), warnings=[f"host readings are not valid JSON: {exc}"])
     if not isinstance(data, dict):
         return HostReadingsResult(host=HostInfo(), warnings=["host readings are not a JSON object"])
+    from k3diag.model.identity import is_hostname
+
+    warnings: list[str] = []
+    hostname = _str(data.get("hostname"))
+    if hostname is not None and not is_hostname(hostname):
+        warnings.append(f"host readings: the host name {ascii(hostname[:80])} is no host name (letters, digits, "
+                        "dashes and dots only); not used")
+        hostname = None
     host = HostInfo(
-        hostname=_str(data.get("hostname")),
+        hostname=hostname,
         kernel=_str(data.get("kernel")),
         os=_str(data.get("os")),
         cpu_model=_str(data.get("cpu_model")),
@@ -80,7 +88,7 @@ def parse(section: Section, input_name: str) -> HostReadingsResult:
     for node in host.numa_nodes:
         owners = [pkg.id for pkg in host.packages if node.id in pkg.numa_nodes]
         node.package = owners[0] if len(owners) == 1 else None
-    return HostReadingsResult(host=host, numa_distances=distances)
+    return HostReadingsResult(host=host, numa_distances=distances, warnings=warnings)
 
 
 def _str(value: object) -> str | None:

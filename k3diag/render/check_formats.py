@@ -37,11 +37,13 @@ def _subject(finding: dict) -> str:
 
 
 def node_of(report: dict) -> str:
+    """The node's name on one line: the formats that print it are read line by line (a Nagios status line,
+    node-problem-detector's message), so whatever reached the report is never more than one line there."""
     shape = report.get("shape") or {}
     if isinstance(shape, dict) and shape.get("node") and shape.get("node") not in ("live host", "saved evidence"):
-        return str(shape["node"])
+        return " ".join(str(shape["node"]).split())
     host = report.get("host") or {}
-    return str(host.get("hostname") or "this node")
+    return " ".join(str(host.get("hostname") or "this node").split()) or "this node"
 
 
 def worst_finding(report: dict) -> dict | None:
