@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from k3diag.model.ids import fold_ranges
+from k3diag.model.identity import is_hostname
 
 SHAPE_SCHEMA = "k3diag.shape/1"
 # Findings kept per node (fail and warn only): enough to name every kind of problem, bounded for fleets.
@@ -66,11 +67,13 @@ def _gpu_num(name: str) -> int:
 def node_name(report: dict, fallback: str) -> str:
     """The machine's name: its identity's host name (reports of several machines carry one per entry),
     else the report's host name, else the name of the file it came from."""
+    # a name no host name has (a newline, a control character: `is_hostname`) would put a line of the report's
+    # choosing into the drain list: such a report is named after its file, as one that names no host
     identity = report.get("identity")
-    if isinstance(identity, dict) and isinstance(identity.get("hostname"), str) and identity["hostname"].strip():
+    if isinstance(identity, dict) and isinstance(identity.get("hostname"), str) and is_hostname(identity["hostname"]):
         return identity["hostname"].strip()
     host = report.get("host") or {}
-    if isinstance(host, dict) and isinstance(host.get("hostname"), str) and host["hostname"].strip():
+    if isinstance(host, dict) and isinstance(host.get("hostname"), str) and is_hostname(host["hostname"]):
         return host["hostname"].strip()
     # The identity step's `label` describes a machine ("8 GPUs, NVIDIA L40S, driver ...") rather than naming
     # it, and would not fold into a host list: a machine without a host name is named after its input.

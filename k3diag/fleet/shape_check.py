@@ -48,7 +48,13 @@ def checked_shape(stored: dict) -> tuple[dict, list[str]]:
             damaged.append(name)
         return kept
 
-    shape["node"] = text(stored.get("node"), "node")
+    node = text(stored.get("node"), "node")
+    if node is not None and not node.isprintable():
+        # a newline or a control character: the node would print a line of the file's choosing in the drain
+        # list; named after its file instead (the caller's fallback)
+        damaged.append("node")
+        node = None
+    shape["node"] = node
     shape["findings"] = _findings(stored.get("findings"), damaged)
     state = stored.get("state")
     if state not in STATES:

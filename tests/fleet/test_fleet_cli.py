@@ -219,3 +219,24 @@ def test_a_report_body_with_a_value_of_another_type_names_what_to_give_instead(t
     assert (f"  {reports / 'gpu002.json'} holds a value of a type k3diag does not write (AttributeError: 'list' "
             "object has no attribute 'get'), so its node was not compared; give its bundle, or the node's "
             "`k3diag check --format json` output") in result.stdout.splitlines()
+
+
+def test_a_node_name_with_a_newline_puts_no_line_of_its_own_in_the_drain_list(tmp_path: Path, node_maker) -> None:
+    # a report's node (stored shape) or host name (report body) is the file's to choose: with a newline in it,
+    # `drain (1): gpu002` was followed by a line of the file's choosing
+    bundles, reports = tmp_path / "bundles", tmp_path / "reports"
+    bundles.mkdir()
+    reports.mkdir()
+    node = node_maker(bundles, "gpu002", width_gpu3=8)
+    stored = json.loads(CliRunner().invoke(app, ["check", "--from", str(node), "--format", "json", "--node", "gpu002",
+                                                 "--fail-on", "never"]).stdout)
+    stored["shape"]["node"] = "gpu002\nscontrol update nodename=ALL state=down"
+    (reports / "stored.json").write_text(json.dumps(stored))
+    body = json.loads(CliRunner().invoke(app, ["analyze", str(node), "--json"]).stdout)
+    body["host"]["hostname"] = "gpu003\nscontrol update nodename=ALL state=down"
+    (reports / "body.json").write_text(json.dumps(body))
+    out = fleet(str(reports)).stdout
+    assert "scontrol" not in out
+    # the stored shape's name left out, the report's own host name names it; the body's, its file
+    assert "drain (2): body,gpu002\n" in out
+    assert "read in part:\n  gpu002: the shape stored in" in out and "(node); they were left out" in out
