@@ -148,6 +148,10 @@ class Architecture:
             problems.append("MLA attention needs kv_lora_rank")
         if self.num_experts and (self.experts_per_token <= 0 or self.expert_intermediate <= 0):
             problems.append("an MoE model needs experts per token and the expert intermediate size")
+        elif self.num_experts and self.experts_per_token > self.num_experts:
+            # a token cannot be routed to more experts than there are (the EP estimate divided by C(E, k) = 0)
+            problems.append(f"experts per token ({self.experts_per_token:,}) cannot exceed the experts "
+                            f"({self.num_experts:,})")
         if not self.num_experts and self.intermediate_size <= 0:
             problems.append("a dense model needs intermediate_size")
         if any(layer < 0 or layer >= self.num_layers for layer in self.linear_layers):

@@ -269,6 +269,9 @@ def load_config_file(path: Path) -> tuple[ModelSpec, list[str]]:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}).") from None
+    except ValueError:  # CPython's limit on the digits int() takes (4,300): the reader refuses such a number
+        raise CatalogError(f"{path} holds a number of more than 4,300 digits, which no model has (a damaged "
+                           "file?).") from None
     imported = import_config(raw)
     if imported.arch is None:
         if imported.missing:

@@ -8,13 +8,13 @@ it says in one sentence, so the user can see what the ledger rests on. Pure: dic
 
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass, field
 from typing import Any
 
 from k3diag.advise.architecture import LINEAR_GROUPS, Architecture
 from k3diag.advise.dtypes import canonical_dtype
+from k3diag.model.words import shown_number
+from k3diag.parse.json_values import whole_number
 
 # Fields without which no ledger can be drawn.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -67,20 +67,10 @@ def _numbers_no_model_has(cfg: dict[str, Any]) -> list[str]:
     found = []
     for scope, table in [("", cfg)] + [(f"{key}.", value) for key, value in cfg.items() if isinstance(value, dict)]:
         for key, value in table.items():
-            number = _whole(value)
-            if number is not None and abs(number) > MAX_CONFIG_NUMBER:
-                shown = f"{value:g}" if isinstance(value, float) else (
-                    f"{str(value)[:6]}... ({len(str(abs(value)))} digits)" if len(str(value)) > 15 else str(value))
-                found.append(f"{scope}{key} is {shown}, more than any model has (a damaged file?)")
+            number = whole_number(abs(value)) if isinstance(value, (int, float)) else None
+            if number is not None and number > MAX_CONFIG_NUMBER:
+                found.append(f"{scope}{key} is {shown_number(value)}, more than any model has (a damaged file?)")
     return found[:5]
-
-
-def _whole(value: Any) -> int | float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer()):
-        return value
-    return None
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:

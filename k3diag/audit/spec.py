@@ -61,7 +61,12 @@ def _toml_loads(text: str) -> dict:
 def parse_spec(text: str, name: str = "spec.toml") -> Spec:
     try:
         data = _toml_loads(text)
-    except Exception as exc:  # tomllib.TOMLDecodeError, and tomli's on 3.10
+    except ValueError as exc:
+        if type(exc) is ValueError:  # not the reader's TOMLDecodeError (a subclass): CPython's 4,300-digit limit
+            raise SpecError(f"{name} holds a number of more than 4,300 digits, which no spec value has; see "
+                            "`docs/audit.md` for the format") from None
+        raise SpecError(f"{name} is not valid TOML ({exc}); see `docs/audit.md` for the format") from None
+    except Exception as exc:  # anything else the reader raises
         raise SpecError(f"{name} is not valid TOML ({exc}); see `docs/audit.md` for the format") from None
     spec = Spec()
     for section, value in data.items():

@@ -15,11 +15,10 @@ from typing import Iterable
 from k3diag import __version__
 from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
 from k3diag.fleet.hostlist import fold_hosts
-from k3diag.fleet.shape import NOT_IN_EVIDENCE, sku_label
+from k3diag.fleet.shape import NOT_IN_EVIDENCE, STATES, sku_label
 
 FLEET_SCHEMA = "k3diag.fleet/1"
 ABSENT = "absent"
-STATES = ("fail", "warn", "unknown", "ok")
 # Pairs named per outlier when its GPU matrix differs from the majority's (the rest are counted).
 MAX_PAIR_DIFFS = 8
 MAX_SPLIT_VALUES = 6

@@ -202,16 +202,15 @@ def shape_of(item: FleetInput) -> list[dict]:
         shapes = shape_of_bundle(item.path) if item.kind == "bundle" else shape_of_report(item.path)
     except MemoryError:
         shapes = _problem_shape(item, f"{item.path} needed more memory than is available")
-    except (TypeError, AttributeError, ValueError, KeyError) as exc:
-        # one odd node must not cost the fleet summary; a report (JSON that names k3diag's schema) that trips
-        # the reader here holds a value of a type k3diag does not write: said so, with what to give instead
-        reason = f"{type(exc).__name__}: {exc}"
-        shapes = _problem_shape(item, f"{item.path} holds a value of a type k3diag does not write ({reason}), so "
-                                      "its node was not compared; give its bundle, or the node's `k3diag check "
-                                      "--format json` output" if item.kind == "report"
-                                else f"{item.path} could not be analyzed ({reason})")
     except Exception as exc:  # one odd node must not cost the fleet summary
-        shapes = _problem_shape(item, f"{item.path} could not be analyzed ({type(exc).__name__}: {exc})")
+        reason = f"{type(exc).__name__}: {exc}"
+        if item.kind == "report" and isinstance(exc, (TypeError, AttributeError, ValueError, KeyError)):
+            # JSON that names k3diag's schema and trips its reader holds a value of a type k3diag does not write
+            shapes = _problem_shape(item, f"{item.path} holds a value of a type k3diag does not write ({reason}), "
+                                          "so its node was not compared; give its bundle, or the node's `k3diag "
+                                          "check --format json` output")
+        else:
+            shapes = _problem_shape(item, f"{item.path} could not be analyzed ({reason})")
     return shapes if isinstance(shapes, list) else [shapes]
 
 

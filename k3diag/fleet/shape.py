@@ -22,6 +22,8 @@ from k3diag.model.ids import fold_ranges
 from k3diag.model.identity import is_hostname
 
 SHAPE_SCHEMA = "k3diag.shape/1"
+# What `state_of` says of a node, worst first (the order the totals and groups count them in).
+STATES = ("fail", "warn", "unknown", "ok")
 # Findings kept per node (fail and warn only): enough to name every kind of problem, bounded for fleets.
 MAX_FINDINGS_PER_NODE = 64
 MAX_EVIDENCE_CHARS = 240

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from k3diag.fleet.shape import MAX_EVIDENCE_CHARS, MAX_FINDINGS_PER_NODE, MAX_VALUE_CHARS, SHAPE_SCHEMA
+from k3diag.fleet.shape import MAX_EVIDENCE_CHARS, MAX_FINDINGS_PER_NODE, MAX_VALUE_CHARS, SHAPE_SCHEMA, STATES
 
-STATES = ("ok", "warn", "fail", "unknown")
 _SEVERITIES = ("fail", "warn")
 _TEXT_LIMIT = 4096  # the verdict, a node name: longer than any k3diag writes
 

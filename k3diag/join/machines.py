@@ -14,7 +14,7 @@ from k3diag.evidence import Evidence
 from k3diag.join.build import ParsedInput, finish_machine, merge_parsed, parse_evidence
 from k3diag.join.grouping import Member, describe, group_inputs
 from k3diag.join.identity import identity_of
-from k3diag.model.identity import is_hostname
+from k3diag.model.identity import is_hostname, refused_hostname
 from k3diag.model.machine import InputRecord, Machine, MachineSet, Note
 
 
@@ -112,12 +112,19 @@ def _display(record: InputRecord) -> str:
 # -- which machine a bundle is of ----------------------------------------------------------------------
 
 
-def manifest_hostname(manifest: object) -> str | None:
-    """The host a bundle's manifest names (`host` as a string or `{hostname: ...}`), lower case, or None."""
+def _manifest_name(manifest: object) -> str | None:
+    """The name a bundle's manifest gives its host (`host` as a string or `{hostname: ...}`), as written, or None
+    when it gives none; whether it is a host name at all is `is_hostname`'s to say."""
     info = manifest.get("host") if isinstance(manifest, dict) else None
     if isinstance(info, dict):
         info = info.get("hostname")
-    return info.strip().lower() if isinstance(info, str) and is_hostname(info) else None
+    return info if isinstance(info, str) and info.strip() else None
+
+
+def manifest_hostname(manifest: object) -> str | None:
+    """The host a bundle's manifest names, lower case, or None (none, or no host name)."""
+    name = _manifest_name(manifest)
+    return name.strip().lower() if name is not None and is_hostname(name) else None
 
 
 def bundle_machine(machines: MachineSet, hostname: str | None) -> tuple[int, str]:
@@ -158,16 +165,16 @@ def apply_manifest_host(machine: Machine, manifest: object) -> None:
     if not isinstance(manifest, dict):
         return
     info = manifest.get("host")
-    name = info.get("hostname") if isinstance(info, dict) else info
-    if isinstance(name, str) and name.strip() and not is_hostname(name):
+    name = _manifest_name(manifest)
+    if name is not None and not is_hostname(name):
         # a newline in it forged a second line of the one-line formats (Nagios, a drain list)
-        machine.note("bundle manifest", f"the manifest's host name {ascii(name[:80])} is no host name (letters, "
-                     "digits, dashes and dots only), so it does not name this machine")
+        machine.note("bundle manifest", f"the manifest's host name {refused_hostname(name)}, so it does not name "
+                     "this machine")
         name = None
     if isinstance(info, dict):
         for key in ("kernel", "os", "driver_version", "cuda_version"):
             value = info.get(key)
             if isinstance(value, str) and value.strip() and getattr(host, key, None) is None:
                 setattr(host, key, value)
-    if isinstance(name, str) and name.strip() and host.hostname is None:
+    if name is not None and host.hostname is None:
         host.hostname = name

@@ -59,6 +59,12 @@ def is_hostname(name: str) -> bool:
     return 0 < len(name) <= 253 and _HOSTNAME_RE.fullmatch(name) is not None
 
 
+def refused_hostname(name: str) -> str:
+    """How a sentence says `name` was refused (`is_hostname`): quoted escaped, so a newline or an escape in it
+    is shown, never obeyed, and cut at 80 characters."""
+    return f"{ascii(name[:80])} is no host name (letters, digits, dashes and dots only)"
+
+
 def normalize_hostname(name: str) -> str:
     """Host names compare by their first label, case-insensitively (`node1` is `Node1.cluster`)."""
     return name.strip().lower().split(".", 1)[0]

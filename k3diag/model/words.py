@@ -15,3 +15,18 @@ def per_kind(counts: dict[str, int], kinds: tuple[str, ...] | None = None) -> st
     if kinds is None:
         kinds = tuple(kind for kind in sorted(counts) if counts[kind])
     return ", ".join(f"{counts.get(kind, 0):,} {kind}" for kind in kinds)
+
+
+def shown_number(value: object) -> str:
+    """A number a file held as a sentence quotes it when it is damaged: a JSON float as Python writes it short
+    (`1e+308`), digits whole when short, else their first six and how many there are (`777777... (400
+    digits)`), so a 5,000-digit run never fills a warning."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    digits = str(value).strip()
+    return digits if len(digits) <= 12 else f"{digits[:6]}... ({len(digits)} digits)"
+
+
+def one_line(text: object) -> str:
+    """`text` with every run of whitespace (newlines included) as one space: for the formats read line by line."""
+    return " ".join(str(text).split())

@@ -46,13 +46,12 @@ def parse(section: Section, input_name: str) -> HostReadingsResult:
         return HostReadingsResult(host=HostInfo(), warnings=[f"host readings are not valid JSON: {exc}"])
     if not isinstance(data, dict):
         return HostReadingsResult(host=HostInfo(), warnings=["host readings are not a JSON object"])
-    from k3diag.model.identity import is_hostname
+    from k3diag.model.identity import is_hostname, refused_hostname
 
     warnings: list[str] = []
     hostname = _str(data.get("hostname"))
     if hostname is not None and not is_hostname(hostname):
-        warnings.append(f"host readings: the host name {ascii(hostname[:80])} is no host name (letters, digits, "
-                        "dashes and dots only); not used")
+        warnings.append(f"host readings: the host name {refused_hostname(hostname)}; not used")
         hostname = None
     host = HostInfo(
         hostname=hostname,

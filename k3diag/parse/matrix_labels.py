@@ -23,11 +23,6 @@ def gpu_index(digits: str) -> int | None:
     return value if value <= MAX_GPU_INDEX else None
 
 
-def shown_digits(digits: str) -> str:
-    """A damaged number as a warning quotes it: whole when short, its first digits and length when not."""
-    return digits if len(digits) <= 12 else f"{digits[:6]}... ({len(digits)} digits)"
-
-
 def damaged_index_warning(lines: list[str]) -> str | None:
     """One sentence for the lines skipped because a GPU index on them is damaged (`line 12: row 7777...`)."""
     if not lines:

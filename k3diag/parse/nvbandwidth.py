@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from k3diag.model.bench_records import NvbandwidthBenchmark, NvbandwidthTestcase
 from k3diag.model.source import SourceRef
-from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index, shown_digits
+from k3diag.model.words import shown_number
+from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index
 
 START_RE = re.compile(r"^\s*nvbandwidth Version:")
 _RUNNING_RE = re.compile(r"^\W*Running (?P<name>\w+)\.?\s*$")
@@ -155,7 +156,7 @@ def _parse_text(section, input_name: str) -> NvbandwidthResult:
         if match and not line.lstrip().startswith("Device=") and "Version" not in line:
             bus = match.group("bus")
             if gpu_index(match.group("idx")) is None:
-                damaged.append(f"line {lineno}: device {shown_digits(match.group('idx'))}")
+                damaged.append(f"line {lineno}: device {shown_number(match.group('idx'))}")
                 continue
             bench.devices.append({"index": int(match.group("idx")), "name": match.group("name") or None,
                                   "bus_id": _bdf(bus) if bus else None})
@@ -223,7 +224,7 @@ def _parse_text(section, input_name: str) -> NvbandwidthResult:
                 cells = (cells + [None] * width)[:width]
             label = gpu_index(match.group("label"))
             if label is None:
-                damaged.append(f"line {lineno}: row {shown_digits(match.group('label'))}")
+                damaged.append(f"line {lineno}: row {shown_number(match.group('label'))}")
                 continue
             rows[label] = cells
     finish_matrix()

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from k3diag.model.bench_records import P2PBandwidthBenchmark, P2PGpu
 from k3diag.model.source import SourceRef
-from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index, shown_digits
+from k3diag.model.words import shown_number
+from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index
 
 START_RE = re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")
 _DEVICE_RE = re.compile(
@@ -94,7 +95,7 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
         if match:
             idx = gpu_index(match.group("idx"))
             if idx is None:
-                damaged.append(f"line {lineno}: device index {shown_digits(match.group('idx'))}")
+                damaged.append(f"line {lineno}: device index {shown_number(match.group('idx'))}")
                 continue
             bus_id = _bus_id(match.group("dom"), match.group("bus"), match.group("dev"))
             if bus_id is None:
@@ -107,7 +108,7 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
         if match:
             a, b = gpu_index(match.group("a")), gpu_index(match.group("b"))
             if a is None or b is None:
-                damaged.append(f"line {lineno}: peer access between devices {shown_digits(match.group('a'))} and {shown_digits(match.group('b'))}")
+                damaged.append(f"line {lineno}: peer access between devices {shown_number(match.group('a'))} and {shown_number(match.group('b'))}")
                 continue
             access[(a, b)] = match.group("state") == "CAN"
             bench.sources.setdefault(f"access:{a}:{b}", SourceRef(input_name, lineno, line))
@@ -147,7 +148,7 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
                 tokens = tokens[len(tokens) - width - 1 :]  # editor line numbers in front
             row = gpu_index(tokens[0])
             if row is None:
-                damaged.append(f"line {lineno}: connectivity row {shown_digits(tokens[0])}")
+                damaged.append(f"line {lineno}: connectivity row {shown_number(tokens[0])}")
                 continue
             connectivity[row] = [_connectivity_cell(v) for v in tokens[1:]]
             continue
@@ -160,7 +161,7 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
             continue
         label = gpu_index(labels[-1])
         if label is None:
-            damaged.append(f"line {lineno}: row {shown_digits(labels[-1])} of '{current}'")
+            damaged.append(f"line {lineno}: row {shown_number(labels[-1])} of '{current}'")
             continue
         cells = [_cell(c) for c in _CELL_RE.findall(line[first_cell.start():])]
         if width is not None and len(cells) != width:

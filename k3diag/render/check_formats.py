@@ -14,7 +14,7 @@ from pathlib import Path
 
 from k3diag import __version__
 from k3diag.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
-from k3diag.model.words import counted
+from k3diag.model.words import counted, one_line
 
 FORMATS = ("text", "json", "nagios", "npd", "nhc", "prom")
 NPD_MAX_LINE = 79  # node-problem-detector's example config cuts plugin output at 80 characters
@@ -41,9 +41,9 @@ def node_of(report: dict) -> str:
     node-problem-detector's message), so whatever reached the report is never more than one line there."""
     shape = report.get("shape") or {}
     if isinstance(shape, dict) and shape.get("node") and shape.get("node") not in ("live host", "saved evidence"):
-        return " ".join(str(shape["node"]).split())
+        return one_line(shape["node"])
     host = report.get("host") or {}
-    return " ".join(str(host.get("hostname") or "this node").split()) or "this node"
+    return one_line(host.get("hostname") or "this node") or "this node"
 
 
 def worst_finding(report: dict) -> dict | None:
@@ -169,7 +169,7 @@ def usage_answer(output_format: str, message: str) -> tuple[str, int] | None:
 
 
 def _npd_line(line: str) -> str:
-    line = " ".join(line.split())
+    line = one_line(line)
     if len(line) > NPD_MAX_LINE:
         line = line[: NPD_MAX_LINE - 3].rstrip() + "..."
     return line + "\n"

@@ -183,6 +183,27 @@ def test_a_config_number_no_model_has_is_named_not_multiplied(tmp_path: Path, ad
     assert "cannot be used: intermediate_size is 1e+308, more than any model has (a damaged file?)" in err
 
 
+def test_a_config_number_no_int_holds_is_one_sentence(tmp_path: Path, advise_fixtures):
+    # json.loads refuses a 5,000-digit number with CPython's own advice ("use sys.set_int_max_str_digits()")
+    text = (advise_fixtures / "llama-3.x-70b-instruct-config.json").read_text()
+    cfg = tmp_path / "config.json"
+    cfg.write_text(text.replace('"intermediate_size": 28672', '"intermediate_size": ' + "9" * 5000, 1))
+    code, out, err = run("--config", str(cfg), "--gpu", "h100", "--count", "8")
+    assert code == 64 and out == ""
+    assert err == f"k3diag advise: {cfg} holds a number of more than 4,300 digits, which no model has (a damaged file?).\n"
+
+
+def test_a_config_routing_a_token_to_more_experts_than_it_has_is_one_sentence(tmp_path: Path, advise_fixtures):
+    # `num_experts_per_tok` above `num_local_experts` ended advise in ZeroDivisionError (C(32, 10^6) is 0)
+    config = json.loads((advise_fixtures / "minimax-m1-config.json").read_text())
+    config["num_experts_per_tok"] = 1_000_000
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    code, out, err = run("--config", str(cfg), "--gpu", "h100", "--count", "8")
+    assert code == 64 and out == "" and "Traceback" not in err
+    assert "cannot be used: experts per token (1,000,000) cannot exceed the experts (32)" in err
+
+
 def test_config_assumptions_are_reported(advise_fixtures):
     data = run_json("--config", str(advise_fixtures / "minimax-m1-config.json"), "--gpu", "h200", "--count", "8", "--context", "32k")
     assert any("moe_intermediate_size not given" in a for a in data["model"]["assumptions"])

@@ -163,6 +163,17 @@ def test_a_spec_value_no_machine_has_is_the_command_lines_error(tmp_path: Path, 
     assert result.stderr == f"k3diag audit: spec.toml: {said}\n"
 
 
+def test_a_spec_number_no_int_holds_is_one_sentence(tmp_path: Path) -> None:
+    # the TOML reader passes CPython's int() limit on as "not valid TOML (Exceeds the limit (4300 digits) ...
+    # use sys.set_int_max_str_digits() ...)", advice no user can take
+    spec = tmp_path / "spec.toml"
+    spec.write_text("[gpu]\ncount = " + "9" * 5000 + "\n")
+    result = _run(str(GOOD), "--expect", str(spec))
+    assert result.exit_code == 64 and result.stdout == ""
+    assert result.stderr == ("k3diag audit: spec.toml holds a number of more than 4,300 digits, which no spec value "
+                             "has; see `docs/audit.md` for the format\n")
+
+
 def test_refused_bundle_exits_3_with_one_sentence(tmp_path: Path) -> None:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from k3diag.model.serving import Latency, RunLayout, ServingRun
 from k3diag.model.source import SourceRef
-from k3diag.parse.matrix_labels import shown_digits
+from k3diag.model.words import shown_number
 
 # A result file is small; a --save-detailed one holds per-request lists and can reach tens of MB.
 MAX_DOCS = 10_000
@@ -205,12 +205,12 @@ def parallel_size(value: Any, key: str, warnings: list[str] | None) -> int | Non
     `key`, not read."""
     digits = value.strip() if isinstance(value, str) else None
     if digits is not None and digits.isdigit() and len(digits) > len(str(MAX_PARALLEL_SIZE)):
-        number, shown = MAX_PARALLEL_SIZE + 1, shown_digits(digits)  # before int(): 4,300 digits make it raise
+        number, shown = MAX_PARALLEL_SIZE + 1, shown_number(digits)  # before int(): 4,300 digits make it raise
     else:
         number = integer(value)
         if number is None or number < 1:
             return None
-        shown = f"{value:g}" if isinstance(value, float) else shown_digits(str(number))
+        shown = shown_number(value if isinstance(value, float) else number)
     if number > MAX_PARALLEL_SIZE:
         if warnings is not None:
             warnings.append(f"{key} {shown} is more GPUs than any job has (at most {MAX_PARALLEL_SIZE:,}); "

@@ -32,17 +32,13 @@ _CUSTOM_AR_RE = re.compile(r"Custom allreduce is disabled (?:because |due to )(?
 _P2P_CACHE_RE = re.compile(r"gpu_p2p_access_cache_for_(?P<devices>[\d,]+)\.json")
 _NCCL_VERSION_RE = re.compile(r"vLLM is using nccl==(?P<version>[\w.+-]+)")
 _VISIBLE_RE = re.compile(r"CUDA_VISIBLE_DEVICES['\"]?\s*[=:]\s*['\"]?(?P<ids>\d+(?:\s*,\s*\d+)*)")
-_INT_KEYS = {
-    "tp": re.compile(r"['\"]?tensor_parallel_size['\"]?\s*[=:]\s*(\d+)"),
-    "pp": re.compile(r"['\"]?pipeline_parallel_size['\"]?\s*[=:]\s*(\d+)"),
-    "dp": re.compile(r"['\"]?data_parallel_size['\"]?\s*[=:]\s*(\d+)"),
-}
+_SIZE_NAMES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
+_INT_KEYS = {name: re.compile(rf"['\"]?{key}['\"]?\s*[=:]\s*(\d+)") for name, key in _SIZE_NAMES.items()}
 _CLI_KEYS = {
     "tp": re.compile(r"--tensor-parallel-size[= ](\d+)|(?<![\w-])-tp[= ](\d+)"),
     "pp": re.compile(r"--pipeline-parallel-size[= ](\d+)|(?<![\w-])-pp[= ](\d+)"),
     "dp": re.compile(r"--data-parallel-size[= ](\d+)|(?<![\w-])-dp[= ](\d+)"),
 }
-_SIZE_NAMES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
 _MODEL_RE = re.compile(r"(?:config: |[{(, ])['\"]?model['\"]?\s*[=:]\s*['\"](?P<model>[^'\"]+)['\"]")
 _DISABLE_AR_RE = re.compile(r"disable_custom_all_reduce['\"]?\s*[=:]\s*(True|False|true|false)")
 # The records whose values matter and run long enough to be wrapped when a log is copied from a narrow
