@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from k3diag.model.ids import normalize_bdf
 from k3diag.model.machine import Machine
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, keep_source
 
 
 def fill_inventory(machine: Machine) -> None:
@@ -34,8 +34,7 @@ def fill_inventory(machine: Machine) -> None:
         gpu.name = name
         if gpu.vendor is None:
             gpu.vendor = _vendor(name)
-        if source is not None:
-            gpu.sources.append(source)
+        keep_source(gpu.sources, source)
 
 
 def _devices(bench) -> list[tuple[str, str | None, str | None, SourceRef | None]]:

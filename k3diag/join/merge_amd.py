@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from k3diag.model.amd_records import AmdGpuFact, AmdPairFact, AmdTopology, link_type_from_weight
 from k3diag.model.machine import InputRecord, Machine
-from k3diag.model.source import MAX_SOURCES_PER_RECORD
+from k3diag.model.source import keep_source
 from k3diag.model.topology import Gpu, Link, P2PStatus
 
 EXTRAS_BANDWIDTH = "amd_link_bandwidth"
@@ -145,8 +145,7 @@ def _merge_gpu(gpu: Gpu, fact: AmdGpuFact, record: InputRecord) -> None:
             setattr(gpu.pcie, attribute, value)
             if gpu.pcie.source is None:
                 gpu.pcie.source = fact.source
-    if fact.source is not None and len(gpu.sources) < MAX_SOURCES_PER_RECORD and fact.source not in gpu.sources:
-        gpu.sources.append(fact.source)
+    keep_source(gpu.sources, fact.source)
 
 
 def _merge_link(

@@ -11,7 +11,7 @@ from typing import Any
 
 from k3diag.model.fabric import GpuFabricState, IbPort
 from k3diag.model.machine import InputRecord, Machine
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, keep_source
 from k3diag.model.topology import Gpu, Nic
 from k3diag.model.ids import normalize_bdf
 
@@ -42,8 +42,7 @@ def merge_nvlink(result: Any, machine: Machine, record: InputRecord) -> None:
         placed[item.index] = gpu.index
         if item.name and gpu.name is None:
             gpu.name = item.name
-        if item.source not in gpu.sources:
-            gpu.sources.append(item.source)
+        keep_source(gpu.sources, item.source)
     for reading in result.links:
         reading.gpu = placed.get(reading.gpu, reading.gpu)
         machine.fabric.add_nvlink(reading)
@@ -121,8 +120,7 @@ def put_port(machine: Machine, port: IbPort, record: InputRecord) -> IbPort:
         machine.fabric.ib_ports[port.key] = port
         nic = nic_for_device(machine, port.device)
         nic.ports.append(port)
-        if port.source is not None and port.source not in nic.sources:
-            nic.sources.append(port.source)
+        keep_source(nic.sources, port.source)
         return port
     for name in ("state", "physical_state", "rate_gbps", "rate_text", "link_layer", "active_mtu", "max_mtu"):
         mine, theirs = getattr(held, name), getattr(port, name)
@@ -154,8 +152,7 @@ def merge_rdma(result: Any, machine: Machine, record: InputRecord) -> None:
             if device.management_port and device.source is not None:
                 nic.management_source = SourceRef(device.source.input, device.source.line,
                                                   f"/sys/class/infiniband/{device.name}/device/vpd: SW_MNG")
-        if device.source is not None and device.source not in nic.sources:
-            nic.sources.append(device.source)
+        keep_source(nic.sources, device.source)
         for port in device.ports:
             put_port(machine, port, record)
 

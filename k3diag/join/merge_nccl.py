@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from k3diag.model.machine import InputRecord, Machine
 from k3diag.model.topology import Link
+from k3diag.model.source import keep_source
 from k3diag.model.words import counted
 
 
@@ -80,8 +81,8 @@ def _gpus_from_ranks(machine: Machine, runs: list, host: str) -> None:
     order = sorted(seen)
     for bus_id, (nvml_dev, source) in seen.items():
         gpu = _gpu_for_bus(machine, bus_id, nvml_dev, order)
-        if gpu is not None and source is not None and source not in gpu.sources:
-            gpu.sources.append(source)
+        if gpu is not None:
+            keep_source(gpu.sources, source)
 
 
 def _links_from_paths(machine: Machine, runs: list, host: str) -> None:
@@ -123,8 +124,7 @@ def merge_topo_xml(result, machine: Machine, record: InputRecord | None = None) 
             gpu.pcie.gen_max = gpu_info.link_gen
         if gpu.pcie.width_max is None and gpu_info.link_width:
             gpu.pcie.width_max = gpu_info.link_width
-        if gpu_info.source is not None:
-            gpu.sources.append(gpu_info.source)
+        keep_source(gpu.sources, gpu_info.source)
         if gpu.bus_id:
             by_bus[gpu.bus_id] = gpu.index
     seen: set[tuple[str, str]] = set()
@@ -151,8 +151,7 @@ def merge_topo_xml(result, machine: Machine, record: InputRecord | None = None) 
             nic.numa_node = nic_info.numa
         if nic.bus_id is None and nic_info.bus_id:
             nic.bus_id = nic_info.bus_id
-        if nic_info.source is not None:
-            nic.sources.append(nic_info.source)
+        keep_source(nic.sources, nic_info.source)
 
 
 def _xml_paths(result, machine: Machine, by_bus: dict[str, int], nvlinked: set, origin: str) -> None:

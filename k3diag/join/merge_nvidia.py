@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from k3diag.model.machine import InputRecord, Machine
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, keep_source
 from k3diag.model.topology import Gpu, Link, P2PStatus, PcieLinkState, pair_key
 from k3diag.model.ids import normalize_bdf
 
@@ -33,8 +33,7 @@ def merge_topo_matrix(result: Any, machine: Machine, record: InputRecord) -> Non
             _fill(gpu, "cpu_affinity", row.cpu_affinity, record, row.source)
             _fill(gpu, "numa_node", row.numa_node, record, row.source)
             _fill(gpu, "gpu_numa_id", row.gpu_numa_id, record, row.source)
-            if row.source is not None:
-                gpu.sources.append(row.source)
+            keep_source(gpu.sources, row.source)
     for name in result.endpoints:
         match = _GPU_RE.match(name)
         if match:
@@ -45,8 +44,8 @@ def merge_topo_matrix(result: Any, machine: Machine, record: InputRecord) -> Non
         if name in result.nic_legend:
             nic.device = result.nic_legend[name]
         row = result.rows.get(name)
-        if row is not None and row.source is not None:
-            nic.sources.append(row.source)
+        if row is not None:
+            keep_source(nic.sources, row.source)
     seen: dict[tuple[str, str], Any] = {}
     for cell in result.cells:
         key = pair_key(cell.row, cell.col)
@@ -140,8 +139,7 @@ def merge_query_csv(result: Any, machine: Machine, record: InputRecord) -> None:
         )
         if item.driver_version:
             _host_versions(machine, record, item.driver_version, None, {"driver_version": item.source})
-        if item.source is not None:
-            gpu.sources.append(item.source)
+        keep_source(gpu.sources, item.source)
 
 
 def merge_nvml(result: Any, machine: Machine, record: InputRecord) -> None:
@@ -166,8 +164,7 @@ def merge_nvml(result: Any, machine: Machine, record: InputRecord) -> None:
             },
             device.pcie_source,
         )
-        if device.source is not None:
-            gpu.sources.append(device.source)
+        keep_source(gpu.sources, device.source)
     for pair in result.pairs:
         a, b = pair_key(f"GPU{pair.a}", f"GPU{pair.b}")
         machine.add_link(Link(a=a, b=b, path=pair.path, origin="nvml", source=pair.source))
@@ -258,16 +255,14 @@ def _host_versions(
     if driver:
         if host.driver_version is None:
             host.driver_version = driver
-            if sources.get("driver_version") is not None:
-                host.sources.append(sources["driver_version"])
+            keep_source(host.sources, sources.get("driver_version"))
         elif host.driver_version != driver:
             record.warnings.append(
                 f"driver version {driver} here, {host.driver_version} in another input: are these from one host?"
             )
     if cuda and host.cuda_version is None:
         host.cuda_version = cuda
-        if sources.get("cuda_version") is not None:
-            host.sources.append(sources["cuda_version"])
+        keep_source(host.sources, sources.get("cuda_version"))
 
 
 def _note_numa_spans(result: Any, machine: Machine) -> None:

@@ -23,7 +23,7 @@ from k3diag.model.pci import (
     platform_state,
 )
 from k3diag.model.pcie_tree import is_gpu_device
-from k3diag.model.source import SourceRef
+from k3diag.model.source import SourceRef, keep_source
 from k3diag.model.topology import Gpu
 from k3diag.model.ids import normalize_bdf
 from k3diag.parse.lspci import LspciResult, vendor_for
@@ -102,12 +102,10 @@ def merge_sysfs(result: SysfsResult, machine: Machine, record: InputRecord) -> N
             if kind:
                 iommu.gpu_group_types[device.bdf] = kind  # type: ignore[index]
                 ref = SourceRef(record.path, None, f"{base}/{device.iommu_group}/type: {kind}  (GPU {device.bdf})")
-                if ref not in iommu.sources:
-                    iommu.sources.append(ref)
+                keep_source(iommu.sources, ref)
         if not iommu.gpu_group_types and counts:
             ref = SourceRef(record.path, None, f"{base}/*/type: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
-            if ref not in iommu.sources:
-                iommu.sources.append(ref)
+            keep_source(iommu.sources, ref)
     update_iommu_mode(machine)
     attach_endpoints(machine)
 
@@ -130,8 +128,7 @@ def merge_dmesg(result: DmesgResult, machine: Machine, record: InputRecord) -> N
     if result.default_domain:
         state.iommu.default_domain = result.default_domain
         for ref in result.iommu_lines:
-            if ref not in state.iommu.sources:
-                state.iommu.sources.append(ref)
+            keep_source(state.iommu.sources, ref)
     if result.iommu_enabled is not None and state.iommu.enabled is None:
         state.iommu.enabled = result.iommu_enabled
     if result.cmdline and machine.host.kernel_cmdline is None:
@@ -295,8 +292,7 @@ def _fill_gpu(machine: Machine, gpu: Gpu, device: PciDevice) -> None:
             pcie.width_max = link.cap_width
         if pcie.source is None:
             pcie.source = link.source
-    if device.source is not None and device.source not in gpu.sources:
-        gpu.sources.append(device.source)
+    keep_source(gpu.sources, device.source)
 
 
 def _numa_of(machine: Machine, device: PciDevice) -> int | None:
@@ -332,10 +328,9 @@ def _apply_cmdline(machine: Machine, result: KernelCmdline) -> None:
         state.iommu.pci_noacs = True
     if result.mode is not None:
         state.iommu.cmdline_mode = result.mode
-    if result.source is not None and result.iommu and result.source not in state.iommu.sources:
-        state.iommu.sources.append(result.source)
-    if result.source is not None and result.source not in host.sources:
-        host.sources.append(result.source)
+    if result.iommu:
+        keep_source(state.iommu.sources, result.source)
+    keep_source(host.sources, result.source)
 
 
 def update_iommu_mode(machine: Machine) -> None:

@@ -40,6 +40,20 @@ class SourceRef:
         return f"`{' '.join(self.text.split())}`, {where}"
 
 
+# Lines a GPU, NIC, host or the IOMMU state keeps as its evidence (`keep_source`): each input names such a
+# record on a line or a few, and what reads them takes the first.
+MAX_SOURCES_KEPT = 64
+
+
+def keep_source(sources: list[SourceRef], ref: SourceRef | None) -> None:
+    """Add `ref` to a record's evidence: once, and no more than MAX_SOURCES_KEPT lines in all. An input that
+    repeats an output thousands of times (a kernel log of a thousand boots, an nvlink listing pasted in a loop)
+    then neither grows the record without bound nor makes each "already kept?" check scan all it kept
+    (quadratic: 27 s for a 1 MB kernel log)."""
+    if ref is not None and len(sources) < MAX_SOURCES_KEPT and ref not in sources:
+        sources.append(ref)
+
+
 def quoted_aside(source: SourceRef | None) -> str:
     """`` (`Attached GPUs : 8`, line 7 of INPUT)`` to follow a claim in a sentence, or nothing without a line."""
     text = source.quoted() if source is not None else ""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from k3diag.model.bench_records import P2PBandwidthBenchmark, P2PGpu
 from k3diag.model.source import SourceRef
-from k3diag.model.words import shown_number
+from k3diag.model.words import counted, shown_number
 from k3diag.parse.matrix_labels import damaged_index_warning, gpu_index
 
 START_RE = re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")
@@ -76,6 +76,8 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
     problems: list[str] = []
     damaged: list[str] = []  # lines whose GPU index is no GPU index (`matrix_labels`)
     bad_addresses: list[str] = []  # device lines whose PCI bus or device number is out of range
+    listed: set[int] = set()  # device indices already listed
+    relisted: list[int] = []  # lines that list a device index again
 
     def close() -> None:
         nonlocal rows, current
@@ -97,6 +99,12 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
             if idx is None:
                 damaged.append(f"line {lineno}: device index {shown_number(match.group('idx'))}")
                 continue
+            if idx in listed:
+                # a second run pasted after the first without its banner, or a line repeated: each index is one
+                # GPU (a device list of thousands of lines made a matrix of millions of cells)
+                relisted.append(lineno)
+                continue
+            listed.add(idx)
             bus_id = _bus_id(match.group("dom"), match.group("bus"), match.group("dev"))
             if bus_id is None:
                 bad_addresses.append(f"line {lineno}")
@@ -185,6 +193,12 @@ def parse(section, input_name: str) -> P2PBandwidthResult:
     warning = damaged_index_warning(damaged)
     if warning:
         result.warnings.append(warning)
+    if relisted:
+        lines = ", ".join(map(str, relisted[:5])) + (f" and {len(relisted) - 5:,} more" if len(relisted) > 5 else "")
+        one = len(relisted) == 1
+        result.warnings.append(f"{counted(len(relisted), 'device line')} {'lists' if one else 'list'} a device index "
+                               f"listed before (line{'' if one else 's'} {lines}): a second run pasted without its "
+                               "banner? Each device is read from its first line")
     if bad_addresses:
         result.warnings.append(f"damaged PCI address (a bus above ff or a device above 1f) on {', '.join(bad_addresses[:10])}: "
                                "those GPUs are listed without one")
