@@ -8,6 +8,7 @@ result on every occurrence; the patterns here are shared with the per-line parse
 from __future__ import annotations
 
 import re
+import sys
 
 from k3diag.parse.lazy_re import lazy
 from k3diag.parse.lspci_header import header, leading_header
@@ -53,9 +54,13 @@ _USED_KEYS = (r"Lnk(?:Cap2?|Sta|Ctl2):|ACSC(?:ap|tl):|Bus: primary=|Kernel (?:dr
 # A match runs to the end of its line, so it hands the parser the line and where it ends. Tab-indented
 # lines, nine in ten, are tried first; the tabs and then any other blanks before the key are each
 # taken in one step.
-EVENT_RE = lazy(r"\n(?:\t++[^\S\n]*+(?:" + _USED_KEYS + r"|$)|[^\t\n]|$)[^\n]*+", re.M)
+# Possessive repeats (`++`, `*+`) are Python 3.11's; on 3.10 the plain ones match the same lines (no key
+# begins with a blank, so giving blanks back never lets one match), a little slower.
+_TAKE = "+" if sys.version_info >= (3, 11) else ""
+EVENT_RE = lazy(r"\n(?:\t+" + _TAKE + r"[^\S\n]*" + _TAKE + r"(?:" + _USED_KEYS + r"|$)|[^\t\n]|$)[^\n]*" + _TAKE,
+                re.M)
 # A capability line among those `EVENT_RE` does not visit.
-CAPS_LINE_RE = lazy(r"\n\t++[^\S\n]*+Capabilities:(?! <access denied>)")
+CAPS_LINE_RE = lazy(r"\n\t+" + _TAKE + r"[^\S\n]*" + _TAKE + r"Capabilities:(?! <access denied>)")
 KEY_PREFIXES = ("LnkCap:", "LnkSta:", "LnkCap2:", "LnkCtl2:", "ACSCap:", "ACSCtl:", "Bus: primary=")
 _SNIFF_KEYS = (
     "LnkCap:", "LnkSta:", "ACSCtl:", "ACSCap:", "Capabilities: [", "Capabilities: <access denied>",
