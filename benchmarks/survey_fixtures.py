@@ -8,6 +8,8 @@ Not a test (it takes minutes and its cases are random); it is how this session's
     python benchmarks/survey_fixtures.py tails                # a tail on each line that breaks `$`-anchored patterns
     python benchmarks/survey_fixtures.py junk --seed 4        # also cut, dupline, dropline, swap, twice, wrap80
     python benchmarks/survey_fixtures.py jsontypes --seed 1   # a JSON value replaced by one of another type
+    python benchmarks/survey_fixtures.py blanks               # runs of blank lines and of blanks (quadratic patterns)
+    python benchmarks/survey_fixtures.py grow --size 250000   # grown 1x and 4x: what grows worse than linearly
 
 Each case runs under a 20-second alarm and the process under a 6 GiB address-space limit, so a case that
 backtracks or allocates without bound is reported rather than stalling or killing the machine.
@@ -109,6 +111,51 @@ def text_mutants(text: str, mode: str, rng: random.Random, token: str) -> Iterat
         yield "twice", text + "\n" + text
     elif mode == "wrap80":
         yield "wrap80", "\n".join(line[i:i + 80] for line in lines for i in range(0, max(len(line), 1), 80))
+    elif mode == "blanks":
+        # runs of whitespace: a pattern whose repeats can take the same blank is quadratic (or worse) in them
+        half = n // 2
+        for label, run in (("20,000 blank lines", "\n" * 20_000), ("20,000 lines of blanks", "  \t\n" * 20_000),
+                           ("a line of 20,000 blanks", " " * 20_000 + "x\n")):
+            yield label, "\n".join(lines[:half]) + "\n" + run + "\n".join(lines[half:])
+        picks = set(range(0, n, max(1, n // 8)))
+        yield "20,000 blanks inside 8 lines", "\n".join(
+            line[:len(line) // 2] + " " * 20_000 + line[len(line) // 2:] if i in picks else line
+            for i, line in enumerate(lines))
+
+
+def grown(text: str, size: int, how: str) -> str:
+    """`text` grown to about `size` characters: the whole repeated, or its middle third repeated in place."""
+    if how == "whole":
+        return text * max(1, size // max(1, len(text)))
+    lines = text.split("\n")
+    first, last = len(lines) // 3, max(len(lines) // 3 + 1, 2 * len(lines) // 3)
+    middle = "\n".join(lines[first:last]) + "\n"
+    return "\n".join(lines[:first]) + "\n" + middle * max(1, size // max(1, len(middle))) + "\n".join(lines[last:])
+
+
+def growth(path: Path, text: str, size: int) -> list[str]:
+    """Each way of growing `text`, at `size` and 4 x `size`: what grows worse than linearly (7 x the time for
+    4 x the text, past 0.3 s), what stalls or raises."""
+    problems = []
+    for how in ("middle", "whole"):
+        seconds = []
+        for scale in (1, 4):
+            signal.alarm(60)
+            started = time.process_time()
+            try:
+                whole_pipeline(grown(text, size * scale, how).encode(), path.name)
+            except Stalled:
+                problems.append(f"{how} x{scale}: stalled over 60 s")
+                break
+            except BaseException as exc:  # noqa: BLE001
+                problems.append(f"{how} x{scale}: raised {type(exc).__name__}: {exc}"[:300])
+                break
+            finally:
+                signal.alarm(0)
+            seconds.append(time.process_time() - started)
+        if len(seconds) == 2 and seconds[1] > 0.3 and seconds[1] > 7 * max(seconds[0], 1e-3):
+            problems.append(f"{how}: {seconds[0]:.2f} s at {size:,} characters, {seconds[1]:.2f} s at {4 * size:,}")
+    return problems
 
 
 def json_mutants(text: str, rng: random.Random) -> Iterator[tuple[str, str]]:
@@ -142,10 +189,11 @@ def json_mutants(text: str, rng: random.Random) -> Iterator[tuple[str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=("numbers", "tails", "cut", "dupline", "dropline", "swap", "junk", "twice",
-                                         "wrap80", "jsontypes"))
+                                         "wrap80", "jsontypes", "blanks", "grow"))
     parser.add_argument("token", nargs="?", default="7" * 400, help="what `numbers` puts in place of a number")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--only", default="", help="only fixtures whose path holds this")
+    parser.add_argument("--size", type=int, default=250_000, help="what `grow` grows each fixture to (and 4 x that)")
     args = parser.parse_args()
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
     signal.signal(signal.SIGALRM, _stalled)
@@ -159,6 +207,12 @@ def main() -> int:
         try:
             text = path.read_text()
         except (UnicodeDecodeError, OSError):
+            continue
+        if args.mode == "grow":
+            cases += 1
+            for problem in growth(path, text, args.size):
+                problems += 1
+                print(f"{path.relative_to(FIXTURES)}: {problem}", flush=True)
             continue
         mutants = json_mutants(text, rng) if args.mode == "jsontypes" else text_mutants(text, args.mode, rng, args.token)
         for label, damaged in mutants:

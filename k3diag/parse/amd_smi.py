@@ -44,8 +44,8 @@ FORMAT = "amd-smi-topology"
 
 # Only the first table starts an output; splitting at every table would tear one output apart.
 START_RE = lazy(r"^ACCESS TABLE:\s*$")
-_TABLE_RE = lazy(r"^\s*(?P<title>[A-Z][A-Z /-]*?)\s+TABLE:\s*$")
-_SNIFF_TEXT_RE = lazy(r"^\s*(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW)\s+TABLE:\s*$", re.M)
+_TABLE_RE = lazy(r"^\s*(?P<title>[A-Z](?:[A-Z /-]*[A-Z/-])?)\s+TABLE:\s*$")
+_SNIFF_TEXT_RE = lazy(r"^[^\S\n]*(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW)\s+TABLE:\s*$", re.M)
 _SNIFF_JSON_RE = lazy(r'"(link_accessibility|link_type|num_hops|link_status|numa_bandwidth)"\s*:')
 _BW_RE = lazy(r"^(\d+)\s*-\s*(\d+)$")
 _GPU_KEY_RE = lazy(r"^gpu_(\d+)$")
@@ -91,7 +91,7 @@ _LINK_KEYS: dict[str, str] = {
 
 def sniff(text: str) -> float:
     head = text[:200_000]
-    if _SNIFF_TEXT_RE.search(head) and re.search(r"^\s*[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d", head, re.M):
+    if _SNIFF_TEXT_RE.search(head) and re.search(r"^[^\S\n]*[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d", head, re.M):
         return 0.95
     if _SNIFF_TEXT_RE.search(head):
         return 0.7

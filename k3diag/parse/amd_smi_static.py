@@ -30,7 +30,7 @@ from k3diag.parse.text import Section, normalize
 
 FORMAT = "amd-smi-static-bus"
 _DEVICE_RE = re.compile(r"^\s*(?P<kind>GPU|CPU)\s*:?\s*(?P<index>\d+)\s*:?\s*$")
-_KV_RE = re.compile(r"^\s*(?P<key>[A-Z][A-Z0-9_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
+_KV_RE = re.compile(r"^\s*(?P<key>[A-Z](?:[A-Z0-9_ ]*[A-Z0-9_])?)\s*:\s*(?P<value>(?:.*\S)?)\s*$")
 _GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 _GEN_RE = re.compile(r"Gen\s*(\d)", re.I)
 _JSON_START_RE = re.compile(r"\s*(?:\[\s*[{\]]|\{\s*[\"}])")
@@ -38,7 +38,7 @@ _JSON_START_RE = re.compile(r"\s*(?:\[\s*[{\]]|\{\s*[\"}])")
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
-    if re.search(r"(?m)^\s*BUS:\s*$", head) and re.search(r"(?m)^\s*BDF:\s*\S", head) and \
+    if re.search(r"(?m)^[^\S\n]*BUS:\s*$", head) and re.search(r"(?m)^[^\S\n]*BDF:\s*\S", head) and \
             re.search(r"MAX_PCIE_(?:WIDTH|LANES|SPEED)", head):
         return 0.95
     if re.search(r'"max_pcie_(?:width|speed)"\s*:', head) and re.search(r'"bdf"\s*:', head):

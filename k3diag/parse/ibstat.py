@@ -32,7 +32,7 @@ _CA_RE = re.compile(r"^\s*CA\s+'(?P<name>[^']+)'\s*$")
 # pasted after another one begins (the registry's `repeats` keeps its own blocks together).
 START_RE = lazy(r"^\s*CA '[^']+'\s*$")
 _PORT_RE = re.compile(r"^\s*Port\s+(?P<port>\d+):\s*$")
-_KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<value>.*?)\s*$")
+_KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z](?:[A-Za-z ]*[A-Za-z])?)\s*:\s*(?P<value>(?:.*\S)?)\s*$")
 STATE_WORDS = {"active": "active", "down": "down", "initializing": "init", "init": "init", "armed": "armed",
                "port_active": "active", "port_down": "down", "port_init": "init", "port_armed": "armed"}
 
@@ -73,7 +73,7 @@ def port_state(text: str | None) -> str | None:
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
-    if not re.search(r"(?m)^\s*CA\s+'[^']+'\s*$", head):
+    if not re.search(r"(?m)^[^\S\n]*CA\s+'[^']+'\s*$", head):
         return 0.0
     score = 0.5
     for marker in ("CA type:", "Physical state:", "Link layer:", "Port GUID:"):

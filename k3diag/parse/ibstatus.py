@@ -23,9 +23,9 @@ from k3diag.parse.text import Section, normalize
 
 FORMAT = "ibstatus"
 # multi-line: `parse` matches it on each line, `sniff` searches a head with it
-_HEADER_RE = re.compile(r"^\s*Infiniband device '(?P<name>[^']+)' port (?P<port>\d+) status:\s*$", re.M)
+_HEADER_RE = re.compile(r"^[^\S\n]*Infiniband device '(?P<name>[^']+)' port (?P<port>\d+) status:\s*$", re.M)
 START_RE = _HEADER_RE  # each port block's header; where an ibstatus output pasted after another begins
-_KV_RE = re.compile(r"^\s+(?P<key>default gid|base lid|sm lid|state|phys state|rate|link_layer):\s*(?P<value>.*?)\s*$")
+_KV_RE = re.compile(r"^\s+(?P<key>default gid|base lid|sm lid|state|phys state|rate|link_layer):\s*(?P<value>(?:.*\S)?)\s*$")
 _PHYS_RE = re.compile(r"^\d+:\s*(?P<word>\S.*)$")  # `5: LinkUp` -> `LinkUp` (ibstat prints the word alone)
 
 

@@ -28,14 +28,14 @@ FORMAT = "ibv-devinfo"
 _HCA_RE = re.compile(r"^\s*hca_id:\s*(?P<name>\S+)\s*$")
 START_RE = _HCA_RE  # each device block's first line; where an ibv_devinfo output pasted after another begins
 _PORT_RE = re.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
-_KV_RE = re.compile(r"^\s*(?P<key>[a-z_]+)\s*:\s*(?P<value>.*?)\s*$")
+_KV_RE = re.compile(r"^\s*(?P<key>[a-z_]+)\s*:\s*(?P<value>(?:.*\S)?)\s*$")
 _GID_RE = re.compile(r"^\s*GID\[\s*\d+\]:\s*\S+(?:,\s*(?P<type>.+?))?\s*$")
 _MTU_RE = re.compile(r"^(\d+)")
 
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
-    if not re.search(r"(?m)^\s*hca_id:\s*\S+\s*$", head):
+    if not re.search(r"(?m)^[^\S\n]*hca_id:\s*\S+\s*$", head):
         return 0.0
     score = 0.5
     for marker in ("transport:", "phys_port_cnt:", "active_mtu:", "link_layer:", "PORT_"):

@@ -107,7 +107,7 @@ _CLASS_RE = lazy(r"^(?P<class>[A-Za-z0-9][^:\[\]]*?)(?: \[(?P<code>[0-9a-fA-F]{4
 # `lspci -n`: `21:04.0 0604: 1022:57a3 (prog-if 00 [Normal decode])`
 _NUMERIC_RE = lazy(r"^(?P<code>[0-9a-fA-F]{4}): (?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})(?P<desc>.*)$")
 _IDS_RE = lazy(r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
-_SUFFIX_RE = lazy(r"\s*\((?:rev [0-9a-fA-F]+|prog-if [^)]*)\)\s*$")
+_SUFFIX_RE = lazy(r"(?<!\s)\s*\((?:rev [0-9a-fA-F]+|prog-if [^)]*)\)\s*$")
 
 def header(line: str) -> dict | None:
     """The fields of a device header line, or None when the line is not one."""

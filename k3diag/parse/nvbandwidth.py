@@ -37,7 +37,7 @@ _HEADER_RE = re.compile(r"^\s*\d+(?:\s+\d+)*\s*$")
 # took minutes to refuse (a 500-byte paste: 170 s)
 _ROW_LABEL_RE = re.compile(r"^\s*\d+\s+\S")
 _ROW_RE = re.compile(r"^\s*(?P<label>\d+)\s+(?P<cells>(?:(?:N/A|-?[\d.]+(?:[eE][-+]?\d+)?)(?:\s+|$))+)$")
-_DEVICE_RE = re.compile(r"^\s*Device (?P<idx>\d+):\s*(?P<name>.*?)(?:\s*\((?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\))?\s*$")
+_DEVICE_RE = re.compile(r"^\s*Device (?P<idx>\d+):\s*(?P<name>(?:.*?\S)??)(?:\s*\((?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\))?\s*$")
 _VERSION_RE = re.compile(r"nvbandwidth Version:\s*(?P<v>\S+)")
 _DRIVER_RE = re.compile(r"^\s*Driver Version:\s*(?P<v>\S+)")
 _RUNTIME_RE = re.compile(r"CUDA Runtime Version:\s*(?P<v>\S+)")
@@ -53,11 +53,11 @@ def sniff(text: str) -> float:
     head = text[:200_000]
     if "nvbandwidth Version" in head or '"nvbandwidth"' in head:
         return 0.95
-    if re.search(r"^\W*Running \w+_(?:memcpy|copy|latency)\w*\.", head, re.M):
+    if re.search(r"^[^\w\n]*Running \w+_(?:memcpy|copy|latency)\w*\.", head, re.M):
         return 0.9
     if re.search(r"memcpy (?:CE|SM) (?:CPU|GPU)\(row\)", head):
         return 0.85
-    if re.search(r"^\s*SUM \w+_(?:ce|sm) [\d.]+", head, re.M):
+    if re.search(r"^[^\S\n]*SUM \w+_(?:ce|sm) [\d.]+", head, re.M):
         return 0.8
     return 0.0
 

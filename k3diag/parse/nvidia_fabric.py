@@ -28,7 +28,7 @@ from k3diag.parse.text import Section, normalize
 
 FORMAT = "nvidia-smi-query-fabric"
 
-_KEY_VALUE_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:]*?)\s*:\s*(?P<value>.*?)\s*$")
+_KEY_VALUE_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z](?:[^:]*[^:\s])?)\s*:\s*(?P<value>(?:.*\S)?)\s*$")
 _GPU_BLOCK_RE = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _INDEX_ARG_RE = re.compile(r"(?:^|\s)(?:-i\s*|--id=)(\d+)(?:\s|$)")
 # Keys of the Fabric block (and its Health sub-block) -> GpuFabricState field; the rest go to `health`.
@@ -61,7 +61,7 @@ def sniff(text: str) -> float:
     head = normalize(text[:200_000])
     # A whole `nvidia-smi -q` (product name, PCI...) belongs to the generic -q parser, which reads this block too.
     # Looked for first: one search, where the line scans below took ~3 ms of every 8-GPU `-q` a file holds.
-    if re.search(r"(?m)^\s+(Product Name|Bus Id|GPU Link Info|FB Memory Usage)\s*:?", head):
+    if re.search(r"(?m)^[^\S\n]+(Product Name|Bus Id|GPU Link Info|FB Memory Usage)\s*:?", head):
         return 0.0
     lines = head.split("\n")[:3000]
     titles = sum(1 for line in lines if line.strip() == "Fabric")

@@ -22,8 +22,8 @@ from k3diag.model.source import SourceRef
 from k3diag.parse.text import Section, normalize
 
 GPU_LINE_RE = re.compile(r"^\s*GPU\s+(?P<index>\d+):\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]*)\))?\s*$")
-LINK_STATUS_RE = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*:\s*(?P<value><inactive>|[\d.]+\s*GB/s|.*?)\s*$", re.I)
-LINK_CAPABILITY_RE = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*,\s*(?P<what>[^:]+?)\s*:\s*(?P<value>true|false)\s*$", re.I)
+LINK_STATUS_RE = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*:\s*(?P<value><inactive>|[\d.]+\s*GB/s|(?:.*\S)?)\s*$", re.I)
+LINK_CAPABILITY_RE = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*,\s*(?P<what>[^:\s](?:[^:]*[^:\s])?)\s*:\s*(?P<value>true|false)\s*$", re.I)
 LINK_REMOTE_RE = re.compile(
     r"^\s*Link\s+(?P<link>\d+)\s*:\s*Remote\s+Device\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
     r"(?:\s*:\s*Link\s+(?P<remote_link>\d+))?\s*$",

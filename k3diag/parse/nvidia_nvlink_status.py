@@ -33,7 +33,7 @@ def sniff(text: str) -> float:
         return 0.0
     speeds = sum(1 for line in head.split("\n")[:2000]
                  if (m := LINK_STATUS_RE.match(line)) and (_SPEED_RE.match(m.group("value")) or "inactive" in m.group("value").lower()))
-    gpu = has_gpu_line(head) or re.search(r"(?m)^\s*GPU\s+\d+:", head) is not None
+    gpu = has_gpu_line(head) or re.search(r"(?m)^[^\S\n]*GPU\s+\d+:", head) is not None
     if speeds and gpu:
         return 0.95
     if ALL_INACTIVE_RE.search(head) and gpu:

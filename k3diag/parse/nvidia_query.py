@@ -28,8 +28,11 @@ from k3diag.parse.text import Section, normalize
 START_RE = lazy(r"^\s*=+\s*NVSMI LOG\s*=+\s*$")
 
 _GPU_BLOCK_RE = lazy(r"^GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\s*$")
-_KEY_VALUE_RE = lazy(r"^(?P<indent>\s*)(?P<key>[^:]*?\S)\s+:\s*(?P<value>.*?)\s*$")
-_SECTION_RE = lazy(r"^(?P<indent>\s*)(?P<name>[A-Za-z][^:]*?)\s*$")
+# A key starts after the indentation (`\S`, then the shortest run to a `\S` before ` :`), and a value or a
+# title ends at its last non-blank: no two repeats can take the same blank, so a line of 20,000 blanks (or
+# with them inside) is read in one pass (`\s*` then `[^:]*?\S`, and `.*?\s*$`, were quadratic in it: 2.4 s).
+_KEY_VALUE_RE = lazy(r"^(?P<indent>\s*)(?P<key>\S|[^\s:][^:]*?\S)\s+:\s*(?P<value>(?:.*\S)?)\s*$")
+_SECTION_RE = lazy(r"^(?P<indent>\s*)(?P<name>[A-Za-z](?:[^:]*[^:\s])?)\s*$")
 _INDEX_ARG_RE = lazy(r"(?:^|\s)(?:-i\s*|--id=)(\d+)(?:\s|$)")
 _NUMBER_RE = lazy(r"^(\d+)")
 
@@ -123,7 +126,8 @@ _OLD_FIELDS: tuple[tuple[str, str, object], ...] = (
 )
 
 
-_MARKDOWN_BREAK_RE = re.compile(r"\s+\\$")
+# tried only where a run of blanks starts (searched from inside a long run, it was quadratic in its length)
+_MARKDOWN_BREAK_RE = re.compile(r"(?<!\s)\s+\\$")
 
 
 def sniff(text: str) -> float:
@@ -134,7 +138,7 @@ def sniff(text: str) -> float:
     if re.search(r"(?m)^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", head):
         score += 0.4
     for marker in ("Product Name", "GPU Link Info", "PCIe Generation", "Bus Id", "Performance State"):
-        if re.search(rf"(?m)^\s+{marker}\b", head):
+        if re.search(rf"(?m)^[^\S\n]+{marker}\b", head):
             score += 0.15
     return min(score, 1.0)
 

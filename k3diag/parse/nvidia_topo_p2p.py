@@ -192,7 +192,7 @@ def parse(section: Section, input_name: str) -> TopoP2PResult:
         _parse_row(tokens, index, result, ref, section.first_line, seen_rows)
         index += 1
     for index in range(index, len(lines)):
-        match = re.match(r"^\s*(X|[A-Z]{1,4})\s*=\s*(.*?)\s*$", lines[index])
+        match = re.match(r"^\s*(X|[A-Z]{1,4})\s*=\s*((?:.*\S)?)\s*$", lines[index])
         if match:
             result.legend[match.group(1)] = match.group(2)
     missing = [name for name in result.columns if name not in seen_rows]

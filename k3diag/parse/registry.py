@@ -80,7 +80,7 @@ FORMATS: tuple[FormatSpec, ...] = (
                hint=r"GPU0", start=("GPU0",)),
     # Before nvidia-smi-query: a `-q -d FABRIC` output (NVSMI LOG header, Fabric blocks only) ties with it.
     FormatSpec("nvidia-smi-query-fabric", "k3diag.parse.nvidia_fabric", "k3diag.join.merge_fabric:merge_query_fabric",
-               hint=r"CliqueId|ClusterUUID|Clique ID|Cluster UUID|(?m:^\s*Fabric\s*$)"),
+               hint=r"CliqueId|ClusterUUID|Clique ID|Cluster UUID|(?m:^[^\S\n]*Fabric[^\S\n]*$)"),
     FormatSpec("nvidia-smi-query", "k3diag.parse.nvidia_query", "k3diag.join.merge_nvidia:merge_query",
                hint=r"NVSMI LOG|Product Name|GPU Link Info|PCIe Generation|Bus Id|Performance State",
                start=("NVSMI LOG",)),

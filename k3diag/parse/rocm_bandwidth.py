@@ -33,9 +33,9 @@ TOOL = "rocm-bandwidth-test"
 
 START_RE = re.compile(r"^\s*RocmBandwidthTest Version:")
 _VERSION_RE = re.compile(r"RocmBandwidthTest Version:\s*(?P<version>\S+)")
-_DEVICE_RE = re.compile(r"^\s*Device:\s*(?P<id>\d+)\s*,\s*(?P<rest>.*?)\s*$")
+_DEVICE_RE = re.compile(r"^\s*Device:\s*(?P<id>\d+)\s*,\s*(?P<rest>(?:.*\S)?)\s*$")
 _INDEX_RE = re.compile(r"^\s*Device Index:\s*(?P<id>\d+)\s*$")
-_KV_RE = re.compile(r"^\s*Device\s+(?P<key>Type|Name|BDF|UUID):\s*(?P<value>.*?)\s*$")
+_KV_RE = re.compile(r"^\s*Device\s+(?P<key>Type|Name|BDF|UUID):\s*(?P<value>(?:.*\S)?)\s*$")
 _DD_RE = re.compile(r"^\s*D/D\s+(?P<cols>.*)$")
 _ROW_RE = re.compile(r"^\s*(?P<id>\d+)\s+(?P<cells>\S.*)$")
 _TB_HEADER_RE = re.compile(r"^\s*SRC(?:\+EXE)?\\+DST\s+(?P<cols>.*)$")
@@ -148,7 +148,7 @@ def sniff(text: str) -> float:
     head = text[:200_000]
     if "RocmBandwidthTest" in head:
         return 0.95
-    if re.search(r"^\s*D/D\s", head, re.M) and re.search(r"peak bandwidth GB/s", head, re.I):
+    if re.search(r"^[^\S\n]*D/D\s", head, re.M) and re.search(r"peak bandwidth GB/s", head, re.I):
         return 0.85
     if re.search(r"copy peak bandwidth GB/s \[", head) and re.search(r"SRC(\+EXE)?\\+DST", head):
         return 0.8

@@ -30,7 +30,9 @@ from k3diag.parse.text import Section, normalize, prompt_command
 FORMAT = "rocm-smi-showtopo"
 
 START_RE = lazy(r"^\s*=+\s*ROCm System Management Interface\s*=+\s*$")
-_TITLE_RE = lazy(r"^\s*=+\s*(?P<title>[^=]*?)\s*=+\s*$")
+# The title from its first to its last character that is neither a blank nor `=` (a lazy title before `\s*=+`
+# was quadratic in blanks inside it: 20,000 took seconds).
+_TITLE_RE = lazy(r"^\s*=+\s*(?P<title>(?:[^=\s](?:[^=]*[^=\s])?)?)\s*=+\s*$")
 _GPU_LABEL_RE = lazy(r"^GPU(\d+)$")
 _NUMA_RE = lazy(
     r"^\s*GPU\[(?P<gpu>\d+)\]\s*:\s*\(Topology\)\s*Numa\s+(?P<kind>Node|Affinity)\s*:\s*(?P<value>\S+)", re.I

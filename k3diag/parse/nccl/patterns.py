@@ -119,8 +119,8 @@ COMM_RE = re.compile(r"\bcomm (0x[0-9a-fA-F]+)")
 COMM_KV_RE = re.compile(
     r"\b(rank|nranks|nRanks|nNodes|localRanks|localRank|cudaDev|nvmlDev|busId|commId)\s+(0x[0-9a-fA-F]+|[0-9a-fA-F]+)\b"
 )
-ENV_RE = re.compile(r"^(?P<name>(?:NCCL|RCCL|HSA)_[A-Z0-9_]+) set (?:by environment )?to (?P<value>.*?)\s*$")
-VERSION_RE = re.compile(r"\b(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<ver>\d+\.\d+\.\d+)(?P<extra>[^\s,]*)")
+ENV_RE = re.compile(r"^(?P<name>(?:NCCL|RCCL|HSA)_[A-Z0-9_]+) set (?:by environment )?to (?P<value>(?:.*\S)?)\s*$")
+VERSION_RE = re.compile(r"\b(?P<lib>NCCL|RCCL) version\s*(?::\s*)?(?P<ver>\d+\.\d+\.\d+)(?P<extra>[^\s,]*)")
 P2P_DISABLED_RE = re.compile(r"P2P is disabled between (?P<nvl>NVLINK )?connected GPUs (?P<a>\d+) and (?P<b>\d+)")
 PATTERN_RE = re.compile(
     r"^Pattern (?P<pattern>\d+), crossNic (?P<cross>\d+), nChannels (?P<nch>\d+), (?:bw|speed) "
@@ -146,7 +146,7 @@ ERROR_TRACE_RE = re.compile(r"^(?P<file>[\w./+-]+\.(?:cc|cu|cpp|c|h|hpp)):(?P<li
 NET_USING_RE = re.compile(r"^NET/(?P<kind>IB|Socket)\s*: Using (?P<devs>.*?)(?:;\s*OOB.*)?$")
 NET_DEVICE_RE = re.compile(r"\[\d+\](\S+)")
 USING_NETWORK_RE = re.compile(r"^Using network (?P<name>.+?)\s*$")
-NET_PLUGIN_LOADED_RE = re.compile(r"NET/Plugin\s*:?\s*(?:Loaded net plugin|Plugin loaded)\s*(?P<name>.*)$")
+NET_PLUGIN_LOADED_RE = re.compile(r"NET/Plugin\s*(?::\s*)?(?:Loaded net plugin|Plugin loaded)\s*(?P<name>.*)$")
 # `<n> coll channels, <n> collnet channels, <n> nvls channels, <n> p2p channels, ...` (2.17+)
 CHANNEL_COUNTS_RE = re.compile(r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
                                r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels")
@@ -159,7 +159,7 @@ HEALTH_MASK_RE = re.compile(r"healthMask (?P<mask>0x[0-9a-fA-F]+)")
 # older `#   Rank  0 Pid 120890 on 10-90-43-152 device  0 [0x87] A100-SXM4-40GB`.
 TESTS_RANK_RE = re.compile(
     r"^\s*#?\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device\s+"
-    r"(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$"
+    r"(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>(?:.*\S)?)\s*$"
 )
 SPLIT_RECORDS_RE = re.compile(r"\s{2,}")
 

@@ -37,7 +37,9 @@ from k3diag.parse.serving.common import ServingResult, num
 FORMAT = "serving-result-text"
 # the `=` runs around the title; a paste rendered as markdown (GitHub turns a line of `=` into a heading
 # underline) keeps only ` Serving Benchmark Result ` and loses the closing line
-_BANNER_RE = re.compile(r"^\s*(?P<bar>=*)\s*Serving Benchmark Result\s*=*\s*$")
+# No two repeats that can take the same blank meet (`\s*=*\s*` is quadratic in a line of blanks): blanks after
+# the bar only when there is a bar, and a closing bar is optional as a whole, its blanks included.
+_BANNER_RE = re.compile(r"^\s*(?P<bar>=*)(?:(?<==)\s*)?Serving Benchmark Result\s*(?:=+\s*)?$")
 _END_RE = re.compile(r"^\s*={20,}\s*$")
 _LINE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]{1,60}?):\s+(?P<value>\S+)")
 _LATENCY_RE = re.compile(
@@ -84,9 +86,11 @@ _SGLANG_ONLY = {"total_output_tokens_retokenized", "concurrency", "input_through
 
 def sniff(text: str) -> float:
     head = text[:400_000]
-    if not re.search(r"(?m)^\s*=*\s*Serving Benchmark Result\s*=*\s*$", head):
+    # `[^\S\n]`, not `\s`: a `\s*` that can cross lines, searched from every line start, makes a run of
+    # blank lines quadratic (and `\s*=*\s*` cubic: 2,000 blank lines took 5 s); the bar as in `_BANNER_RE`
+    if not re.search(r"(?m)^[^\S\n]*(?:=+[^\S\n]*)?Serving Benchmark Result[^\S\n]*(?:=+[^\S\n]*)?$", head):
         return 0.0
-    return 0.95 if re.search(r"(?m)^\s*(?:Successful requests|Request throughput \(req/s\)):", head) else 0.6
+    return 0.95 if re.search(r"(?m)^[^\S\n]*(?:Successful requests|Request throughput \(req/s\)):", head) else 0.6
 
 
 def parse(section, input_name: str, *, engine_lines: bool = True) -> ServingResult:

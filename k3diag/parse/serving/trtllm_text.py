@@ -28,9 +28,9 @@ from k3diag.model.source import SourceRef
 from k3diag.parse.serving.common import ServingResult, num
 
 # `= PERFORMANCE OVERVIEW` between rules of `=`, and one of its throughput lines
-_OVERVIEW_RE = re.compile(r"(?m)^\s*=\s*PERFORMANCE OVERVIEW\s*$")
-_THROUGHPUT_RE = re.compile(r"(?m)^\s*(?:Request|Total Output) Throughput \((?:req|tokens)/sec\):")
-_TITLE_RE = re.compile(r"^\s*=\s*(?P<title>[A-Z][A-Z0-9 +/&()-]*?)\s*$")
+_OVERVIEW_RE = re.compile(r"(?m)^[^\S\n]*=\s*PERFORMANCE OVERVIEW\s*$")
+_THROUGHPUT_RE = re.compile(r"(?m)^[^\S\n]*(?:Request|Total Output) Throughput \((?:req|tokens)/sec\):")
+_TITLE_RE = re.compile(r"^\s*=\s*(?P<title>[A-Z](?:[A-Z0-9 +/&()-]*[A-Z0-9+/&()-])?)\s*$")
 _RULE_RE = re.compile(r"^\s*={20,}\s*$")
 _VALUE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]{1,80}?):\s+(?P<value>\S+)")
 _BREAKDOWN_RE = re.compile(
