@@ -54,7 +54,7 @@ def fold_design_findings(rule: Rule, produced: list[Finding]) -> list[Finding]:
         id=rule.id,
         severity="info",
         subjects=[],
-        title=f"{rule.title} ({len(designs)} cases)",
+        title=f"{rule.title} ({len(designs):,} cases)",
         explanation=f"{first.explanation} The same holds for: {listed}." if listed else first.explanation,
         evidence=list(dict.fromkeys(ref for f in designs for ref in f.evidence))[:4],
         remedy=first.remedy,

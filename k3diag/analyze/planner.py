@@ -91,6 +91,10 @@ class TpRecommendation:
         }
 
 
+# The most GPUs the planner groups: the largest NVLink domain announced holds 576 (and no GPU index above 1023
+# is read as one, `parse.matrix_labels`).
+MAX_PLANNED_GPUS = 1024
+
 # Boxes up to this size also get the largest power of two that does not divide the count (3 GPUs: TP2 plus
 # one replica; 6 GPUs: TP4 plus a TP2 or two replicas). Bigger counts are NVLink domains or fleets.
 LEFTOVER_SIZES_UP_TO = 16
@@ -144,6 +148,13 @@ def recommend_tp_groups(machine: Machine, sizes: list[int] | None = None,
     gpus = [i for i in known_gpus(machine) if only is None or i in only]
     count = len(gpus)
     if count < 2:
+        return None
+    if count > MAX_PLANNED_GPUS:
+        # Every pair is weighed, so the plan costs the square of the count: 4,000 headerless fabric blocks
+        # (each read as a GPU) took minutes and gigabytes for a plan no machine needs.
+        machine.note("planner", f"{count:,} GPUs on one machine is more than any machine or NVLink domain holds "
+                                f"(at most {MAX_PLANNED_GPUS:,} are planned for): no TP grouping is proposed; were "
+                                "several machines' outputs read as one, or GPU blocks repeated?")
         return None
     gpus, pairs, q = machine_quality(machine, only)
     wanted = set(default_sizes(count))

@@ -128,7 +128,7 @@ def render_text(report: dict, code: int, timing: dict) -> str:
             grouped.setdefault((severity, str(finding.get("id"))), []).append(finding)
     for (severity, finding_id), group in grouped.items():
         first = group[0]
-        subjects = _subject(first) if len(group) == 1 else f"{len(group)} subjects, first {_subject(first)}"
+        subjects = _subject(first) if len(group) == 1 else f"{len(group):,} subjects, first {_subject(first)}"
         lines.append(f"  {severity.upper()} {finding_id} ({subjects}): {first.get('title') or ''}")
         for ref in (first.get("evidence") or [])[:1]:
             where = ref.get("input") or "input"

@@ -199,7 +199,7 @@ def _problems(findings: list["Finding"], out: Out) -> int:
                      indent=2)
             break
         first = members[0]
-        title = first.title if len(members) == 1 else f"{first.title} (and {len(members) - 1} more like it)"
+        title = first.title if len(members) == 1 else f"{first.title} (and {len(members) - 1:,} more like it)"
         out.parts([(f"[{SEVERITY_LABEL[first.severity]}] ", SEVERITY_STYLE[first.severity]), (title, None),
                    (f"  ({finding_id})", "dim")], indent=2)
         shown += len(members)

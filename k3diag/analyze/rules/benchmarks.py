@@ -389,7 +389,7 @@ def check_p2p_cannot_access_peer(machine: Machine, earlier: list[Finding]) -> It
         listing = ", ".join(f"{a}-{b}" for a, b in unordered[:12]) + (" ..." if len(unordered) > 12 else "")
         refused = (f"{counted(len(unordered), 'GPU pair')}: {listing} (the output shows no other pair: {unknown_pairs} of "
                    f"{total_pairs} unknown)" if unknown_pairs else
-                   f"{len(unordered)} of {counted(total_pairs, 'GPU pair')}: {listing}")
+                   f"{len(unordered):,} of {counted(total_pairs, 'GPU pair')}: {listing}")
         yield Finding(
             id="p2p-cannot-access-peer",
             severity="warn",

@@ -276,7 +276,7 @@ def check_nvswitch_errors(machine: Machine, earlier: list[Finding]) -> Iterable[
             severity=severity,
             subjects=["fabric"],
             title=f"{reporter} {what.format(detail=', '.join(details[:4]) or '?').replace(' (SXid ?)', '')}"
-                  + (f" ({len(events)} times)" if len(events) > 1 else ""),
+                  + (f" ({len(events):,} times)" if len(events) > 1 else ""),
             explanation=why,
             evidence=[e.source for e in events][:4],
             confirm_with=("sudo dmesg -T | grep -E 'SXid|nvswitch'" if kernel else

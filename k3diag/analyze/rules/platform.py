@@ -119,9 +119,9 @@ def check_aer(machine: Machine, earlier: list[Finding]) -> Iterable[Finding]:
         else:
             who = bdf
         counts = ", ".join(part for part in (
-            f"{len(fatal)} uncorrected fatal" if fatal else "",
-            f"{len(nonfatal)} uncorrected non-fatal" if nonfatal else "",
-            f"{len(corrected)} corrected" if corrected else "") if part)
+            f"{len(fatal):,} uncorrected fatal" if fatal else "",
+            f"{len(nonfatal):,} uncorrected non-fatal" if nonfatal else "",
+            f"{len(corrected):,} corrected" if corrected else "") if part)
         details = sorted({d for e in items for d in e.details})
         # the kernel names the layer in full: `type=Physical Layer`, `type=Transaction Layer`
         kinds = sorted({e.error_type if e.error_type.lower().endswith("layer") else f"{e.error_type} layer"
