@@ -152,6 +152,8 @@ _REWRITTEN = [
      r"(?:\.\d)?)\))?\s*$", 0, [" ", "\t", "Device 0:", "H100", "(00000000:1b:00)", "(x)", "x"]),
     ("k3diag.parse.lspci_header", "_SUFFIX_RE", r"\s*\((?:rev [0-9a-fA-F]+|prog-if [^)]*)\)\s*$", 0,
      [" ", "\t", "(rev a1)", "(prog-if 00 [Normal decode])", "x"]),
+    ("k3diag.parse.lspci_header", "_IDS_RE", r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]", 0,
+     [" ", "\t", "[10de:2330]", "NVIDIA", "[", "x"]),
     ("k3diag.parse.amd_smi", "_TABLE_RE", r"^\s*(?P<title>[A-Z][A-Z /-]*?)\s+TABLE:\s*$", 0,
      [" ", "\t", "ACCESS", "LINK TYPE", "TABLE:", "-", "x"]),
     ("k3diag.parse.nvidia_nvlink", "LINK_CAPABILITY_RE",
