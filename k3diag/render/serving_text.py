@@ -62,6 +62,27 @@ def latency_rows(report: ServingReport) -> list[list[str]]:
             for run in report.sorted_runs()]
 
 
+# The most runs a table shows on a terminal or in plain text: a log of a benchmark run in a loop holds thousands
+# (15,174 rows of the same run were 30,000 lines). The first ones in the table's order are shown, then the best
+# layout's that fall after them (up to MAX_SHOWN_BEST_AFTER); `--json` and `--html` list every run.
+MAX_SHOWN_RUNS = 60
+MAX_SHOWN_BEST_AFTER = 20
+
+
+def shown(rows: list[list[str]]) -> tuple[list[int], int]:
+    """The indices of the throughput rows a text view shows, and how many it leaves out."""
+    if len(rows) <= MAX_SHOWN_RUNS:
+        return list(range(len(rows))), 0
+    best_after = [i for i in range(MAX_SHOWN_RUNS, len(rows)) if rows[i][-1] == "BEST"][:MAX_SHOWN_BEST_AFTER]
+    kept = list(range(MAX_SHOWN_RUNS)) + best_after
+    return kept, len(rows) - len(kept)
+
+
+def left_out_line(count: int) -> str:
+    return (f"... and {count:,} more run{'s' if count != 1 else ''} not shown here; `--json` or `--html PATH` "
+            "lists every run")
+
+
 THROUGHPUT_HEAD = ["layout", "layout from", "load", "req/s", "req/s/GPU", "out tok/s", "out tok/s/GPU",
                    "tok/s/user", ""]
 LATENCY_HEAD = ["layout", "load", "TTFT ms p50/p95/p99", "TPOT ms p50/p95/p99", "ITL ms p50/p95/p99",
@@ -86,7 +107,7 @@ def summary_lines(report: ServingReport) -> list[str]:
         key = (run.layout.label(), run.input, why)
         grouped[key] = grouped.get(key, 0) + 1
     for (label, name, why), count in grouped.items():
-        runs = f"{count} runs in " if count > 1 else ""
+        runs = f"{count:,} runs in " if count > 1 else ""
         lines.append(f"Left out: {label} ({runs}{name}): {why}.")
     for note in comparison.notes:
         lines.append(f"Note: {note}.")
@@ -133,9 +154,16 @@ def missing_legend(report: ServingReport) -> str | None:
 def render_plain(report: ServingReport) -> str:
     out: list[str] = ["Serving benchmarks by layout", ""]
     if report.runs:
-        out.append(_plain_table(THROUGHPUT_HEAD, throughput_rows(report)))
+        rows = throughput_rows(report)
+        kept, hidden = shown(rows)
+        out.append(_plain_table(THROUGHPUT_HEAD, [rows[i] for i in kept]))
+        if hidden:
+            out.append(left_out_line(hidden))
         out.append("")
-        out.append(_plain_table(LATENCY_HEAD, latency_rows(report)))
+        latency = latency_rows(report)
+        out.append(_plain_table(LATENCY_HEAD, [latency[i] for i in kept]))
+        if hidden:
+            out.append(left_out_line(hidden))
         legend = missing_legend(report)
         if legend:
             out.append(legend)
@@ -168,16 +196,23 @@ def render_terminal(report: ServingReport, stream: IO[str]) -> None:
         table = Table(title="Serving benchmarks by layout", title_justify="left")
         for head in THROUGHPUT_HEAD:
             table.add_column(head, justify="right" if head.startswith(("req", "out", "tok")) else "left")
-        for row in throughput_rows(report):
+        rows = throughput_rows(report)
+        kept, hidden = shown(rows)
+        for row in (rows[i] for i in kept):
             style = "bold green" if row[-1] == "BEST" else ("yellow" if row[-1] else "")
             table.add_row(*[Text(c) for c in row], style=style)
         console.print(table)
+        if hidden:
+            console.print(Text(left_out_line(hidden), style="dim"))
         latency = Table()
         for head in LATENCY_HEAD:
             latency.add_column(head, justify="left" if head in ("layout", "load") else "right")
-        for row in latency_rows(report):
+        latency_all = latency_rows(report)
+        for row in (latency_all[i] for i in kept):
             latency.add_row(*[Text(c) for c in row])
         console.print(latency)
+        if hidden:
+            console.print(Text(left_out_line(hidden), style="dim"))
         legend = missing_legend(report)
         if legend:
             console.print(Text(legend, style="dim"))

@@ -173,3 +173,22 @@ def test_a_run_with_failures_and_no_completed_count_is_not_called_all_failed() -
     assert not any("every request failed" in why for _, why in result.excluded), result.excluded
     result = compare([run(1, 0, 12), run(2, 100, 0)])
     assert any("every request failed" in why for _, why in result.excluded)
+
+
+def test_thousands_of_runs_show_the_first_and_the_best_on_a_terminal(tmp_path: Path) -> None:
+    # A benchmark run in a loop: 15,174 rows of one run were 30,000 lines of table. The text views show the first
+    # 60 runs in the table's order and up to 20 of the best layout's after them; --json keeps every run.
+    lines = (SEED / "results" / "tp2-gpus01.jsonl").read_text().splitlines()
+    (tmp_path / "tp2-gpus01.jsonl").write_text("\n".join(lines * 40) + "\n")  # 120 runs of TP2 GPUs 0,1
+    (tmp_path / "tp4-gpus0123.jsonl").write_text((SEED / "results" / "tp4-gpus0123.jsonl").read_text())
+    code, out, _ = run(str(tmp_path))
+    throughput = [line for line in out.splitlines() if line.startswith(("TP2 GPUs", "TP4 GPUs")) and "/replica  " in line
+                  and line.count("/") < 4]
+    # sorted by load, the best run (concurrency 16) comes after the first 60, and is shown after them
+    assert [line.rstrip().endswith("BEST") for line in throughput] == [False] * 60 + [True]
+    assert "concurrency 16/replica" in throughput[-1]
+    assert not any(line.startswith("TP4") for line in throughput)
+    assert out.count("... and 62 more runs not shown here; `--json` or `--html PATH` lists every run") == 2
+    assert "Verdict: TP2 GPUs 0,1 serves the most output tokens/s per GPU at concurrency 16 per replica" in out
+    code, out, _ = run(str(tmp_path), "--json")
+    assert len(json.loads(out)["layouts"]) == 123  # one entry per run
