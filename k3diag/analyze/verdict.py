@@ -209,7 +209,7 @@ def _tp_judgement(machine: Machine, rec: Any) -> tuple[str, str, int | None, lis
     sizes = sorted(rec.groups)
     if rec.unknown_pairs and len(rec.unknown_pairs) == len(rec.pairs):
         missing.append({"what": f"the paths between the {count:,} GPUs", "command": topo})
-        return (UNKNOWN, f"{count} GPUs, but the paths between them are not in these inputs, so no TP size can be "
+        return (UNKNOWN, f"{count:,} GPUs, but the paths between them are not in these inputs, so no TP size can be "
                 f"judged: `{topo}` shows them.{_p2p_summary(machine)}", None, missing, None)
     if rec.unknown_pairs:
         gpus = sorted({i for pair in rec.unknown_pairs for i in pair})

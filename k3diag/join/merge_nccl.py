@@ -4,8 +4,8 @@ topology XML as facts about GPUs, NICs and NVLink pairs (never overriding a dire
 from __future__ import annotations
 
 from k3diag.model.machine import InputRecord, Machine
-from k3diag.model.topology import Link
 from k3diag.model.source import keep_source
+from k3diag.model.topology import Link
 from k3diag.model.words import counted
 
 
