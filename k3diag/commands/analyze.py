@@ -33,6 +33,6 @@ def register(app: typer.Typer) -> None:
 
         machines, _ = load_machine_or_exit(list(paths), "analyze", several=True)
         # the first line a reader sees: the input itself when there is one, else how many
-        title = f"k3diag analyze: {paths[0]}" if len(paths) == 1 else f"k3diag analyze: {len(paths)} inputs"
+        title = f"k3diag analyze: {paths[0]}" if len(paths) == 1 else f"k3diag analyze: {len(paths):,} inputs"
         raise typer.Exit(emit_machines_report(machines, as_json or json_indent is not None, fail_on, title,
                                               parse_tp_sizes(tp), details, json_indent))

@@ -295,7 +295,7 @@ def _inputs(machine: "Machine", out: Out) -> None:
     read = len(machine.inputs) - len(unknown)
     # "not used", not "not recognized": some were never read (a link not followed, a FIFO in a folder, a file
     # that cannot be opened); the line under each says which and why.
-    out.line(f"Inputs: {read} read, {len(unknown)} not used" + (f", {len(warned)} with warnings" if warned else ""),
+    out.line(f"Inputs: {read:,} read, {len(unknown):,} not used" + (f", {len(warned):,} with warnings" if warned else ""),
              "bold")
     for record in (unknown + warned)[:4]:
         first = record.warnings[0] if record.warnings else "no format k3diag reads was found in it"

@@ -111,3 +111,22 @@ def test_more_gpus_than_any_machine_holds_are_not_planned_for() -> None:
     render(analysis, make_console(shown), "k3diag", details=False)
     assert "Machine: 1,025 GPUs" in shown.getvalue()
     assert "(and 1,024 more like it)" in shown.getvalue()
+
+
+def test_a_thousand_inputs_are_counted_with_separators(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from k3diag.cli import app
+
+    topo = (FIXTURES / "nvidia" / "topo-m-8x4090-dual-socket-sys-tabs.txt").read_bytes()
+    paths = []
+    for number in range(1200):
+        path = tmp_path / f"topo-{number}.txt"
+        path.write_bytes(topo)
+        paths.append(str(path))
+    junk = tmp_path / "notes.txt"
+    junk.write_text("nothing any tool prints\n")
+    out = CliRunner().invoke(app, ["analyze", *paths, str(junk)]).stdout
+    assert out.startswith("k3diag analyze: 1,201 inputs\n")
+    assert "Inputs: 1,200 read, 1 not used" in out
+    assert "Machine: 8 GPUs" in out  # the same output given 1,200 times is one machine
