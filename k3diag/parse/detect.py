@@ -411,7 +411,9 @@ _TOOL_FAILURES = (
     (lazy(r"^\|\s*NVIDIA-SMI \d[\d.]*\s.*Driver Version", re.M),
      "this is plain `nvidia-smi` (its status table), which shows no link between GPUs; give `nvidia-smi topo -m` "
      "and `nvidia-smi -q` (or a `k3diag collect` bundle) instead"),
-    (lazy(r"=+\s*Concise Info\s*=+"),
+    # `(?<!=)`: tried only where a run of `=` starts (from inside a 20,000-long one, `=+` ran to its end from
+    # every position: quadratic)
+    (lazy(r"(?<!=)=+\s*Concise Info\s*=+"),
      "this is plain `rocm-smi` (its concise table), which shows no link between GPUs; give `rocm-smi --showtopo` "
      "or `amd-smi topology` (or a `k3diag collect` bundle) instead"),
 )

@@ -53,8 +53,10 @@ _GPU_AT_RE = lazy(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a
 # the GPU named on the "fallen off the bus" line itself: `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`
 # (drivers of the 2010s) and `NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.` (after an Xid 79)
 _FALLEN_BDF_RE = lazy(r"NVRM: GPU (?:at )?(?P<bdf>" + _BDF + r")[: ]")
+# The driver's name starts where a word does (searched from inside a 20,000-character word, `\S+` ran to its
+# end from every character: quadratic).
 _AER_ERROR_RE = lazy(
-    r"(?P<driver>\S+) (?P<bdf>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+),\s*type=(?P<type>[^,]+)"
+    r"(?<!\S)(?P<driver>\S+) (?P<bdf>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+),\s*type=(?P<type>[^,]+)"
 )
 # kernels 5.x put `AER: ` before the status bits too: `pcieport 0000:00:1c.5: AER:    [ 0] RxErr    (First)`
 _AER_BIT_RE = lazy(r"(?P<bdf>" + _BDF + r"):\s+(?:AER:\s+)?\[\s*\d+\]\s+(?P<name>[A-Za-z][\w /-]*?)\s*(?:\(First\))?\s*$")

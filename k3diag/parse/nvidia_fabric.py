@@ -69,7 +69,7 @@ def sniff(text: str) -> float:
                in ("cliqueid", "clusteruuid", "clique id", "cluster uuid"))
     states = sum(1 for line in lines if (m := _KEY_VALUE_RE.match(line)) and m.group("key").strip() == "State")
     # Older drivers print only `State : N/A` / `Status : N/A` under Fabric (no clique fields).
-    if not titles or not (keys or (states and re.search(r"=+\s*NVSMI LOG\s*=+", head))):
+    if not titles or not (keys or (states and re.search(r"(?<!=)=+\s*NVSMI LOG\s*=+", head))):
         return 0.0
     return 1.0
 

@@ -132,7 +132,7 @@ _MARKDOWN_BREAK_RE = re.compile(r"(?<!\s)\s+\\$")
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
-    if re.search(r"=+\s*NVSMI LOG\s*=+", head):
+    if re.search(r"(?<!=)=+\s*NVSMI LOG\s*=+", head):  # from where a run of `=` starts: linear
         return 1.0
     score = 0.0
     if re.search(r"(?m)^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", head):

@@ -31,8 +31,17 @@ FORMAT = "rocm-smi-showtopo"
 
 START_RE = lazy(r"^\s*=+\s*ROCm System Management Interface\s*=+\s*$")
 # The title from its first to its last character that is neither a blank nor `=` (a lazy title before `\s*=+`
-# was quadratic in blanks inside it: 20,000 took seconds).
-_TITLE_RE = lazy(r"^\s*=+\s*(?P<title>(?:[^=\s](?:[^=]*[^=\s])?)?)\s*=+\s*$")
+# was quadratic in blanks inside it: 20,000 took seconds). The opening bar is taken whole, as a look-ahead's
+# group matched again (Python 3.10 has no atomic groups), so the closing bar can never take part of it: 20,000
+# `=` and then a word, no title, were quadratic too. A line of bars alone is a title line with no name
+# (`_is_bar`), as the pattern read it when its opening bar could give the closing one its last `=`.
+_TITLE_RE = lazy(r"^\s*(?=(?P<bar>=+))(?P=bar)\s*(?P<title>(?:[^=\s](?:[^=]*[^=\s])?)?)\s*=+\s*$")
+
+
+def _is_bar(line: str) -> bool:
+    """Whether a line is two or more `=` between blanks alone (an opening and a closing bar)."""
+    stripped = line.strip()
+    return len(stripped) >= 2 and not stripped.strip("=")
 _GPU_LABEL_RE = lazy(r"^GPU(\d+)$")
 _NUMA_RE = lazy(
     r"^\s*GPU\[(?P<gpu>\d+)\]\s*:\s*\(Topology\)\s*Numa\s+(?P<kind>Node|Affinity)\s*:\s*(?P<value>\S+)", re.I
@@ -86,9 +95,10 @@ def parse(section: Section, input_name: str) -> AmdTopology:
         line = raw.rstrip()
         if not line.strip():
             continue
-        title = _TITLE_RE.match(line)
-        if title and "=" in line:
-            name = title.group("title").strip()
+        bar = _is_bar(line)
+        title = None if bar else _TITLE_RE.match(line)
+        if bar or title:
+            name = title.group("title").strip() if title else ""
             kind = _SECTIONS.get(name.lower())
             columns = []
             if kind is not None:
