@@ -88,6 +88,7 @@ RUNS = {  # (what repeats, how many times, what follows)
     "20,000 blanks inside eight lines": ("inside", 20_000, ""),
     "a line of 20,000 `=` then a word": ("=", 20_000, " x\n"),
     "a line of 20,000 `-` then a word": ("-", 20_000, " x\n"),
+    "a line of 20,000 digits then a word": ("0", 20_000, "x y z\n"),
 }
 
 
@@ -157,6 +158,8 @@ _REWRITTEN = [
      r"(?P<driver>\S+) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: "
      r"severity=(?P<sev>[^,]+),\s*type=(?P<type>[^,]+)", 0,
      [" ", "pcieport", "0000:00:01.0:", " AER:", " PCIe Bus Error: severity=Corrected, type=Physical Layer", "x", "="]),
+    ("k3diag.parse.nccl_tests", "_NUM_RE", r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\*?$", 0,
+     ["0", "12", ".", "-", "e", "E+", "5", "*", "x"]),
     ("k3diag.parse.lspci_header", "_IDS_RE", r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]", 0,
      [" ", "\t", "[10de:2330]", "NVIDIA", "[", "x"]),
     ("k3diag.parse.amd_smi", "_TABLE_RE", r"^\s*(?P<title>[A-Z][A-Z /-]*?)\s+TABLE:\s*$", 0,
@@ -235,3 +238,20 @@ def test_rocm_smi_titles_read_as_they_were() -> None:
     for line in lines:
         old = was.match(line)
         assert now(line) == (old.group("title") if old else None), repr(line)
+
+
+def test_p2p_cells_are_the_cells_they_were() -> None:
+    # Every value of a matrix row, glued ones included (`1534.171091.36`), as the old pattern found them.
+    import random
+
+    from k3diag.parse import p2p_bandwidth
+
+    was = re.compile(r"-?\d+\.\d\d|N/A|-?nan|-?inf", re.IGNORECASE)
+    rng = random.Random(9)
+    words = ["0", "15", ".", "-", " ", "1534.17", "N/A", "nan", "-inf", "x", "7.0"]
+    lines = ["".join(rng.choice(words) for _ in range(rng.randint(0, 14))) for _ in range(30000)]
+    lines += [line for path in sorted((REPO / "fixtures" / "bench").glob("p2p*")) for line in
+              path.read_text(errors="replace").split("\n")]
+    for line in lines:
+        now = [(m.span(), m.group()) for m in p2p_bandwidth._CELL_RE.finditer(line)]
+        assert now == [(m.span(), m.group()) for m in was.finditer(line)], repr(line)
