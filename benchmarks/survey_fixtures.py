@@ -8,7 +8,7 @@ Not a test (it takes minutes and its cases are random); it is how this session's
     python benchmarks/survey_fixtures.py tails                # a tail on each line that breaks `$`-anchored patterns
     python benchmarks/survey_fixtures.py junk --seed 4        # also cut, dupline, dropline, swap, twice, wrap80
     python benchmarks/survey_fixtures.py jsontypes --seed 1   # a JSON value replaced by one of another type
-    python benchmarks/survey_fixtures.py blanks               # runs of blank lines and of blanks (quadratic patterns)
+    python benchmarks/survey_fixtures.py blanks               # runs of blanks, of `=`, `-` and digits (quadratic patterns)
     python benchmarks/survey_fixtures.py grow --size 250000   # grown 1x and 4x: what grows worse than linearly
 
 Each case runs under a 20-second alarm and the process under a 6 GiB address-space limit, so a case that
@@ -112,10 +112,14 @@ def text_mutants(text: str, mode: str, rng: random.Random, token: str) -> Iterat
     elif mode == "wrap80":
         yield "wrap80", "\n".join(line[i:i + 80] for line in lines for i in range(0, max(len(line), 1), 80))
     elif mode == "blanks":
-        # runs of whitespace: a pattern whose repeats can take the same blank is quadratic (or worse) in them
+        # runs of whitespace or of one character: a pattern whose repeats can take the same character (or one
+        # searched from every character of a run) is quadratic or worse in them
         half = n // 2
         for label, run in (("20,000 blank lines", "\n" * 20_000), ("20,000 lines of blanks", "  \t\n" * 20_000),
-                           ("a line of 20,000 blanks", " " * 20_000 + "x\n")):
+                           ("a line of 20,000 blanks", " " * 20_000 + "x\n"),
+                           ("a line of 20,000 tabs", "\t" * 20_000 + "x\n"),
+                           ("a line of 20,000 `=`", "=" * 20_000 + " x\n"), ("a line of 20,000 `-`", "-" * 20_000 + " x\n"),
+                           ("a line of 20,000 digits", "0" * 20_000 + "x y z\n")):
             yield label, "\n".join(lines[:half]) + "\n" + run + "\n".join(lines[half:])
         picks = set(range(0, n, max(1, n // 8)))
         yield "20,000 blanks inside 8 lines", "\n".join(
