@@ -95,22 +95,23 @@ def test_a_kernel_log_of_many_boots_keeps_a_bounded_evidence_list() -> None:
 
 def test_more_gpus_than_any_machine_holds_are_not_planned_for() -> None:
     # 4,200 headerless fabric blocks (each read as a GPU) in a 1 MB paste: the planner weighed 8.8 million
-    # pairs (over a minute, gigabytes). Past 1,024 GPUs it says why it proposes no grouping.
+    # pairs (over a minute, gigabytes). Past 576 GPUs (the largest NVLink domain announced) it says why it
+    # proposes no grouping.
     from k3diag.analyze.pipeline import analyze_machine
     from k3diag.render.terminal import make_console, render
     import io
 
     block = (FIXTURES / "fabric" / "query-fabric-insufficient-resources-azhpc506.txt").read_text()
-    machine = build_machine([Evidence(name="fabric.txt", data=(block * 1025).encode())])
+    machine = build_machine([Evidence(name="fabric.txt", data=(block * 1200).encode())])
     analysis = analyze_machine(machine)
     assert analysis.recommendation is None
     assert [note.message for note in machine.notes if note.subject == "planner"] == [
-        "1,025 GPUs on one machine is more than any machine or NVLink domain holds (at most 1,024 are planned "
+        "1,200 GPUs on one machine is more than any machine or NVLink domain holds (at most 576 are planned "
         "for): no TP grouping is proposed; were several machines' outputs read as one, or GPU blocks repeated?"]
     shown = io.StringIO()
     render(analysis, make_console(shown), "k3diag", details=False)
-    assert "Machine: 1,025 GPUs" in shown.getvalue()
-    assert "(and 1,024 more like it)" in shown.getvalue()
+    assert "Machine: 1,200 GPUs" in shown.getvalue()
+    assert "(and 1,199 more like it)" in shown.getvalue()
 
 
 def test_a_thousand_inputs_are_counted_with_separators(tmp_path: Path) -> None:
