@@ -71,8 +71,9 @@ print(json.dumps({"checked": checked, "failed": failed}))
 
 
 def _interpreters() -> list[str]:
-    """Python 3.10 to 3.13 on PATH or in pyenv's versions, each named once, that start."""
-    found = {}
+    """Python 3.10 to 3.13 on PATH or in pyenv's versions, each version once, that start; not the suite's own
+    version, which `test_every_pattern_compiles_on_this_python` checks."""
+    found = {str(tuple(sys.version_info[:2])): sys.executable}
     candidates = [shutil.which(f"python3.{minor}") for minor in range(10, 14)]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3]*/bin/python3")))
     for candidate in filter(None, candidates):
@@ -83,7 +84,7 @@ def _interpreters() -> list[str]:
             continue
         if done.returncode == 0 and done.stdout.strip() not in found:
             found[done.stdout.strip()] = candidate
-    return list(found.values())
+    return [path for path in found.values() if path != sys.executable]
 
 
 def _check(interpreter: str) -> dict:

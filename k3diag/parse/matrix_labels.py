@@ -27,5 +27,5 @@ def damaged_index_warning(lines: list[str]) -> str | None:
     """One sentence for the lines skipped because a GPU index on them is damaged (`line 12: row 7777...`)."""
     if not lines:
         return None
-    shown = "; ".join(lines[:10]) + (f"; and {len(lines) - 10} more lines" if len(lines) > 10 else "")
+    shown = "; ".join(lines[:10]) + (f"; and {len(lines) - 10:,} more lines" if len(lines) > 10 else "")
     return f"damaged GPU index (none is above {MAX_GPU_INDEX}) on {shown}: those lines are skipped"

@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 
 from k3diag.model.fabric import GpuFabricState
 from k3diag.model.source import SourceRef
+from k3diag.parse.lazy_re import lazy
 from k3diag.parse.text import Section, normalize
+
+# The `==== NVSMI LOG ====` banner anywhere in a text (`nvidia_query` sniffs with it too), searched only from
+# where a run of `=` starts: from inside a 20,000-long run `=+` ran to its end from every position.
+NVSMI_LOG_RE = lazy(r"(?<!=)=+\s*NVSMI LOG\s*=+")
 
 FORMAT = "nvidia-smi-query-fabric"
 
@@ -69,7 +74,7 @@ def sniff(text: str) -> float:
                in ("cliqueid", "clusteruuid", "clique id", "cluster uuid"))
     states = sum(1 for line in lines if (m := _KEY_VALUE_RE.match(line)) and m.group("key").strip() == "State")
     # Older drivers print only `State : N/A` / `Status : N/A` under Fabric (no clique fields).
-    if not titles or not (keys or (states and re.search(r"(?<!=)=+\s*NVSMI LOG\s*=+", head))):
+    if not titles or not (keys or (states and NVSMI_LOG_RE.search(head))):
         return 0.0
     return 1.0
 

@@ -21,7 +21,7 @@ from k3diag.model.fabric import GpuFabricState
 from k3diag.model.identity import InputIdentity
 from k3diag.model.source import SourceRef
 from k3diag.parse.lazy_re import lazy
-from k3diag.parse.nvidia_fabric import read_block as read_fabric_block
+from k3diag.parse.nvidia_fabric import NVSMI_LOG_RE, read_block as read_fabric_block
 from k3diag.parse.nvidia_topo_matrix import bare_command
 from k3diag.parse.text import Section, normalize
 
@@ -132,7 +132,7 @@ _MARKDOWN_BREAK_RE = re.compile(r"(?<!\s)\s+\\$")
 
 def sniff(text: str) -> float:
     head = normalize(text[:200_000])
-    if re.search(r"(?<!=)=+\s*NVSMI LOG\s*=+", head):  # from where a run of `=` starts: linear
+    if NVSMI_LOG_RE.search(head):
         return 1.0
     score = 0.0
     if re.search(r"(?m)^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", head):

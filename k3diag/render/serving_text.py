@@ -78,6 +78,14 @@ def shown(rows: list[list[str]]) -> tuple[list[int], int]:
     return kept, len(rows) - len(kept)
 
 
+def shown_tables(report: ServingReport) -> tuple[list[list[str]], list[list[str]], int]:
+    """The throughput and latency rows a text view shows (the same runs in both), and how many it leaves out."""
+    rows = throughput_rows(report)
+    kept, hidden = shown(rows)
+    latency = latency_rows(report)
+    return [rows[i] for i in kept], [latency[i] for i in kept], hidden
+
+
 def left_out_line(count: int) -> str:
     return (f"... and {count:,} more run{'s' if count != 1 else ''} not shown here; `--json` or `--html PATH` "
             "lists every run")
@@ -154,14 +162,12 @@ def missing_legend(report: ServingReport) -> str | None:
 def render_plain(report: ServingReport) -> str:
     out: list[str] = ["Serving benchmarks by layout", ""]
     if report.runs:
-        rows = throughput_rows(report)
-        kept, hidden = shown(rows)
-        out.append(_plain_table(THROUGHPUT_HEAD, [rows[i] for i in kept]))
+        throughput, latency, hidden = shown_tables(report)
+        out.append(_plain_table(THROUGHPUT_HEAD, throughput))
         if hidden:
             out.append(left_out_line(hidden))
         out.append("")
-        latency = latency_rows(report)
-        out.append(_plain_table(LATENCY_HEAD, [latency[i] for i in kept]))
+        out.append(_plain_table(LATENCY_HEAD, latency))
         if hidden:
             out.append(left_out_line(hidden))
         legend = missing_legend(report)
@@ -196,9 +202,8 @@ def render_terminal(report: ServingReport, stream: IO[str]) -> None:
         table = Table(title="Serving benchmarks by layout", title_justify="left")
         for head in THROUGHPUT_HEAD:
             table.add_column(head, justify="right" if head.startswith(("req", "out", "tok")) else "left")
-        rows = throughput_rows(report)
-        kept, hidden = shown(rows)
-        for row in (rows[i] for i in kept):
+        throughput, latency_shown, hidden = shown_tables(report)
+        for row in throughput:
             style = "bold green" if row[-1] == "BEST" else ("yellow" if row[-1] else "")
             table.add_row(*[Text(c) for c in row], style=style)
         console.print(table)
@@ -207,8 +212,7 @@ def render_terminal(report: ServingReport, stream: IO[str]) -> None:
         latency = Table()
         for head in LATENCY_HEAD:
             latency.add_column(head, justify="left" if head in ("layout", "load") else "right")
-        latency_all = latency_rows(report)
-        for row in (latency_all[i] for i in kept):
+        for row in latency_shown:
             latency.add_row(*[Text(c) for c in row])
         console.print(latency)
         if hidden:

@@ -170,8 +170,18 @@ _REWRITTEN = [
 ]
 
 
-def _random_lines(words: list[str], rng) -> list[str]:
-    return ["".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(4000)]
+def _random_lines(words: list[str], rng, count: int = 4000, longest: int = 12) -> list[str]:
+    return ["".join(rng.choice(words) for _ in range(rng.randint(0, longest))) for _ in range(count)]
+
+
+def _fixture_texts(folder: str = "", pattern: str = "*") -> list[str]:
+    """The text fixtures under fixtures/`folder` whose names match `pattern`."""
+    return [path.read_text(errors="replace") for path in sorted((REPO / "fixtures" / folder).rglob(pattern))
+            if path.is_file() and path.suffix in (".txt", ".log", ".md", "")]
+
+
+def _fixture_lines(folder: str = "", pattern: str = "*") -> list[str]:
+    return [line for text in _fixture_texts(folder, pattern) for line in text.split("\n")]
 
 
 def _groups(match):
@@ -183,9 +193,7 @@ def test_rewritten_patterns_match_the_lines_they_matched() -> None:
     import random
 
     rng = random.Random(5)
-    fixture_lines = sorted({line for path in sorted((REPO / "fixtures").rglob("*")) if path.is_file()
-                            and path.suffix in (".txt", ".log", ".md", "") for line in
-                            path.read_text(errors="replace").split("\n")})
+    fixture_lines = sorted(set(_fixture_lines()))
     for module_name, name, before, flags, words in _REWRITTEN:
         now = getattr(importlib.import_module(module_name), name)
         was = re.compile(before, flags)
@@ -198,16 +206,14 @@ def test_rewritten_patterns_match_the_lines_they_matched() -> None:
 
 def test_sniff_searches_find_what_they_found() -> None:
     # The sniffers' `(?m)^\s*X` became `(?m)^[^\S\n]*X`: the same texts are found, now from X's own line.
-    import re
+    from k3diag.parse.serving.summary_text import _banner
 
-    pairs = [(r"(?m)^\s*=*\s*Serving Benchmark Result\s*=*\s*$",
-              r"(?m)^[^\S\n]*(?:=+[^\S\n]*)?Serving Benchmark Result[^\S\n]*(?:=+[^\S\n]*)?$"),
+    pairs = [(r"(?m)^\s*=*\s*Serving Benchmark Result\s*=*\s*$", "(?m)" + _banner(r"[^\S\n]")),
              (r"(?m)^\s*hca_id:\s*\S+\s*$", r"(?m)^[^\S\n]*hca_id:\s*\S+\s*$"),
              (r"(?m)^\s*CA\s+'[^']+'\s*$", r"(?m)^[^\S\n]*CA\s+'[^']+'\s*$"),
              (r"(?m)^\s*GPU\s+\d+:", r"(?m)^[^\S\n]*GPU\s+\d+:"),
              (r"(?m)^\W*Running \w+_(?:memcpy|copy|latency)\w*\.", r"(?m)^[^\w\n]*Running \w+_(?:memcpy|copy|latency)\w*\.")]
-    texts = [path.read_text(errors="replace") for path in sorted((REPO / "fixtures").rglob("*")) if path.is_file()
-             and path.suffix in (".txt", ".log", ".md", "")]
+    texts = _fixture_texts()
     texts += ["x\n\n\n  Serving Benchmark Result\n", "==\n\nServing Benchmark Result", "\n \n\thca_id: mlx5_0\n",
               "-- \nRunning host_to_device_memcpy_ce.\n", "a\n\n\nGPU 0: A100\n"]
     for before, now in pairs:
@@ -232,9 +238,7 @@ def test_rocm_smi_titles_read_as_they_were() -> None:
 
     rng = random.Random(3)
     words = [" ", "\t", "=", "==", "===", "A", "x y", "Weight between two GPUs"]
-    lines = ["".join(rng.choice(words) for _ in range(rng.randint(0, 10))) for _ in range(30000)]
-    lines += [line for path in sorted((REPO / "fixtures" / "amd").glob("rocm-smi*")) for line in
-              path.read_text(errors="replace").split("\n")]
+    lines = _random_lines(words, rng, 30000, 10) + _fixture_lines("amd", "rocm-smi*")
     for line in lines:
         old = was.match(line)
         assert now(line) == (old.group("title") if old else None), repr(line)
@@ -249,9 +253,7 @@ def test_p2p_cells_are_the_cells_they_were() -> None:
     was = re.compile(r"-?\d+\.\d\d|N/A|-?nan|-?inf", re.IGNORECASE)
     rng = random.Random(9)
     words = ["0", "15", ".", "-", " ", "1534.17", "N/A", "nan", "-inf", "x", "7.0"]
-    lines = ["".join(rng.choice(words) for _ in range(rng.randint(0, 14))) for _ in range(30000)]
-    lines += [line for path in sorted((REPO / "fixtures" / "bench").glob("p2p*")) for line in
-              path.read_text(errors="replace").split("\n")]
+    lines = _random_lines(words, rng, 30000, 14) + _fixture_lines("bench", "p2p*")
     for line in lines:
         now = [(m.span(), m.group()) for m in p2p_bandwidth._CELL_RE.finditer(line)]
         assert now == [(m.span(), m.group()) for m in was.finditer(line)], repr(line)

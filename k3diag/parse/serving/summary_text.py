@@ -38,8 +38,14 @@ FORMAT = "serving-result-text"
 # the `=` runs around the title; a paste rendered as markdown (GitHub turns a line of `=` into a heading
 # underline) keeps only ` Serving Benchmark Result ` and loses the closing line
 # No two repeats that can take the same blank meet (`\s*=*\s*` is quadratic in a line of blanks): blanks after
-# the bar only when there is a bar, and a closing bar is optional as a whole, its blanks included.
-_BANNER_RE = re.compile(r"^\s*(?P<bar>=*)(?:(?<==)\s*)?Serving Benchmark Result\s*(?:=+\s*)?$")
+# the bar only when there is a bar, and a closing bar is optional as a whole, its blanks included. `blank` is
+# `\s` for one line, `[^\S\n]` for a whole text searched line by line (a `\s` there crosses lines, and a run of
+# blank lines became cubic: 2,000 took 5 s).
+def _banner(blank: str) -> str:
+    return rf"^{blank}*(?P<bar>=*)(?:(?<==){blank}*)?Serving Benchmark Result{blank}*(?:=+{blank}*)?$"
+
+
+_BANNER_RE = re.compile(_banner(r"\s"))
 _END_RE = re.compile(r"^\s*={20,}\s*$")
 _LINE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]{1,60}?):\s+(?P<value>\S+)")
 _LATENCY_RE = re.compile(
@@ -86,9 +92,7 @@ _SGLANG_ONLY = {"total_output_tokens_retokenized", "concurrency", "input_through
 
 def sniff(text: str) -> float:
     head = text[:400_000]
-    # `[^\S\n]`, not `\s`: a `\s*` that can cross lines, searched from every line start, makes a run of
-    # blank lines quadratic (and `\s*=*\s*` cubic: 2,000 blank lines took 5 s); the bar as in `_BANNER_RE`
-    if not re.search(r"(?m)^[^\S\n]*(?:=+[^\S\n]*)?Serving Benchmark Result[^\S\n]*(?:=+[^\S\n]*)?$", head):
+    if not re.search(_banner(r"[^\S\n]"), head, re.M):
         return 0.0
     return 0.95 if re.search(r"(?m)^[^\S\n]*(?:Successful requests|Request throughput \(req/s\)):", head) else 0.6
 
